@@ -1,0 +1,169 @@
+"""The execution record: what was asked, what actually ran, and why.
+
+One schema for inference sessions and training steps (``kind`` tells them apart), so a
+record from ``InferenceSession.record()`` and one from ``xpuruntime.pytorch.explain()``
+can be stored, diffed and rendered by the same tools. The JSON Schema is exported by
+:func:`record_json_schema`; bump :data:`RECORD_SCHEMA_VERSION` on any incompatible change.
+
+Fallbacks go through :meth:`ExecutionRecord.fallback`, the single place that applies the
+policy's ``fallback`` mode (``error`` raises, ``warn`` warns and records, ``allow`` records),
+so no engine can fall back without a trace.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import warnings
+from typing import Any, Literal
+
+import msgspec
+
+from xpuruntime.runtime.errors import FallbackError
+
+RECORD_SCHEMA_VERSION = 1
+
+FallbackMode = Literal["error", "warn", "allow"]
+CopyDirection = Literal["host_to_device", "device_to_host", "device_to_device"]
+
+
+class FallbackWarning(UserWarning):
+    """Emitted when ``fallback="warn"`` lets something run elsewhere than requested."""
+
+
+class Choice(msgspec.Struct, forbid_unknown_fields=True):
+    """A requested-vs-chosen pair (engine, device, execution provider ...) with its reason."""
+
+    requested: str | None
+    chosen: str | None
+    reason: str = ""
+
+
+class NodeRecord(msgspec.Struct, forbid_unknown_fields=True):
+    """One graph node / op: where it was asked to run and where it ran."""
+
+    name: str
+    op_type: str
+    requested: str | None = None
+    chosen: str | None = None
+    kernel: str | None = None
+    precision: str | None = None
+
+
+class FallbackRecord(msgspec.Struct, forbid_unknown_fields=True):
+    """Something ran elsewhere than requested, and the policy mode that allowed it."""
+
+    what: str
+    requested: str
+    chosen: str
+    reason: str
+    mode: FallbackMode
+
+
+class SettingRecord(msgspec.Struct, forbid_unknown_fields=True):
+    """A policy setting mapped to an engine option, and whether the engine honoured it."""
+
+    name: str
+    requested: Any
+    applied: Any = None
+    honoured: bool = True
+    note: str = ""
+
+
+class DecisionRecord(msgspec.Struct, forbid_unknown_fields=True):
+    """A dispatcher decision: which kernel an op resolved to, by which mode, and why."""
+
+    op: str
+    kernel: str
+    mode: str
+    reason: str
+    shape: str = ""
+    dtype: str = ""
+    device: str = ""
+
+
+class CopyRecord(msgspec.Struct, forbid_unknown_fields=True):
+    """Host/device copies of one run, aggregated per direction."""
+
+    direction: CopyDirection
+    count: int
+    bytes: int
+
+
+class RunRecord(msgspec.Struct, forbid_unknown_fields=True):
+    """One ``run`` / training step: timing, copies and synchronisations."""
+
+    index: int
+    latency_ms: float
+    copies: list[CopyRecord] = msgspec.field(default_factory=list)
+    syncs: int = 0
+    io_binding: bool = False
+
+
+class KernelRecord(msgspec.Struct, forbid_unknown_fields=True):
+    """A device kernel observed by a profiler, attributed to the op that launched it."""
+
+    name: str
+    op: str | None = None
+    library: str | None = None
+    count: int = 1
+    total_us: float = 0.0
+
+
+class ExecutionRecord(msgspec.Struct, forbid_unknown_fields=True):
+    """What ran and why, for one inference session or one training step."""
+
+    kind: Literal["inference", "training"]
+    schema_version: int = RECORD_SCHEMA_VERSION
+    created_at: str = msgspec.field(
+        default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat()
+    )
+    model: str | None = None
+    policy: dict[str, Any] = msgspec.field(default_factory=dict)
+    policy_hash: str | None = None
+    environment: dict[str, Any] = msgspec.field(default_factory=dict)
+    environment_hash: str | None = None
+    engine: Choice | None = None
+    device: Choice | None = None
+    precision: Choice | None = None
+    settings: list[SettingRecord] = msgspec.field(default_factory=list)
+    nodes: list[NodeRecord] = msgspec.field(default_factory=list)
+    decisions: list[DecisionRecord] = msgspec.field(default_factory=list)
+    fallbacks: list[FallbackRecord] = msgspec.field(default_factory=list)
+    runs: list[RunRecord] = msgspec.field(default_factory=list)
+    kernels: list[KernelRecord] = msgspec.field(default_factory=list)
+    cache: dict[str, Any] = msgspec.field(default_factory=dict)
+    notes: list[str] = msgspec.field(default_factory=list)
+
+    def fallback(
+        self, *, what: str, requested: str, chosen: str, reason: str, mode: FallbackMode
+    ) -> None:
+        """Apply the policy's fallback mode to one fallback, recording it unless it raises."""
+        message = f"{what}: requested {requested!r} but it would run on {chosen!r}: {reason}"
+        if mode == "error":
+            raise FallbackError(
+                f"{message}. The policy says fallback='error'; fix the cause above, or set "
+                f"ExecutionPolicy(fallback='warn') or 'allow' to accept and record the fallback."
+            )
+        self.fallbacks.append(
+            FallbackRecord(what=what, requested=requested, chosen=chosen, reason=reason, mode=mode)
+        )
+        if mode == "warn":
+            warnings.warn(message, FallbackWarning, stacklevel=3)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as plain JSON-compatible Python objects."""
+        return msgspec.to_builtins(self)  # type: ignore[no-any-return]
+
+    def to_json(self, *, indent: int = 2) -> str:
+        """The record as JSON text (the documented schema, see :func:`record_json_schema`)."""
+        return msgspec.json.format(msgspec.json.encode(self).decode(), indent=indent)
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> ExecutionRecord:
+        """Parse and validate a record written by :meth:`to_json`."""
+        return msgspec.json.decode(data, type=cls)
+
+
+def record_json_schema() -> dict[str, Any]:
+    """JSON Schema (2020-12) of :class:`ExecutionRecord`."""
+    return msgspec.json.schema(ExecutionRecord)  # type: ignore[no-any-return]
