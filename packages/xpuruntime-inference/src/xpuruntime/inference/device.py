@@ -1,0 +1,80 @@
+"""Device strings ("auto", "cpu", "cuda", "cuda:1", "npu", "npu:0") and their presence."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from xpuruntime.inference.errors import DeviceNotFoundError
+from xpuruntime.policies.errors import PolicyError
+
+DeviceKind = Literal["cpu", "cuda", "npu"]
+_DEVICE_RE = re.compile(r"^(cpu|cuda|npu)(?::(\d+))?$")
+VALID_DEVICES = "'auto', 'cpu', 'cuda', 'cuda:N', 'npu', 'npu:N'"
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """A parsed device: kind and index (``None`` for "any device of this kind")."""
+
+    kind: DeviceKind
+    index: int | None = None
+
+    @property
+    def ordinal(self) -> int:
+        """The device index to use (the first device when none was named)."""
+        return 0 if self.index is None else self.index
+
+    def __str__(self) -> str:
+        return self.kind if self.index is None else f"{self.kind}:{self.index}"
+
+
+CPU = DeviceSpec("cpu")
+
+
+def parse_device(text: str) -> DeviceSpec:
+    """Parse a device string other than "auto"; a typo gets the valid forms."""
+    match = _DEVICE_RE.match(text.strip().lower())
+    if match is None:
+        raise PolicyError(f"invalid device {text!r}; valid devices: {VALID_DEVICES}")
+    kind: DeviceKind = match.group(1)  # type: ignore[assignment]
+    index = match.group(2)
+    if kind == "cpu" and index not in (None, "0"):
+        raise PolicyError(f"invalid device {text!r}: there is one CPU device, 'cpu'")
+    return DeviceSpec(kind, None if index is None or kind == "cpu" else int(index))
+
+
+def cuda_device_count() -> int:
+    """CUDA devices the core sees (0 without a CUDA build, a driver or a GPU)."""
+    import xpuruntime.runtime as rt
+
+    return int(rt.get_device_count()) if rt.cuda_available() else 0
+
+
+def resolve_device(text: str) -> tuple[DeviceSpec, str]:
+    """The device to use and why: "auto" means the first CUDA device if any, else the CPU."""
+    if text.strip().lower() != "auto":
+        spec = parse_device(text)
+        check_present(spec)
+        return spec, "requested"
+    count = cuda_device_count()
+    if count:
+        return DeviceSpec("cuda", 0), f"device='auto': {count} CUDA device(s) present"
+    return CPU, "device='auto': no CUDA device present"
+
+
+def check_present(spec: DeviceSpec) -> None:
+    """Raise when a numbered CUDA device is out of range on a machine that has CUDA devices.
+
+    A CUDA device on a machine with none is not raised here: it is a fallback the session
+    records or refuses according to the policy's ``fallback`` mode.
+    """
+    if spec.kind != "cuda" or spec.index is None:
+        return
+    count = cuda_device_count()
+    if count and spec.index >= count:
+        raise DeviceNotFoundError(
+            f"device {str(spec)!r} does not exist: this machine has {count} CUDA device(s) "
+            f"(cuda:0 .. cuda:{count - 1}); pick one of those or device='auto'"
+        )

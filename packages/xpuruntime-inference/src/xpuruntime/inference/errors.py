@@ -1,0 +1,64 @@
+"""Typed errors of the inference package.
+
+Each one says what was wrong (expected vs got) and what to do. They all derive from
+:class:`~xpuruntime.policies.errors.XpuRuntimeError`, and also from the builtin a caller
+would naturally catch (``FileNotFoundError`` for a missing model, ``TypeError`` for a wrong
+dtype ...), so generic code keeps working.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+from xpuruntime.policies.errors import XpuRuntimeError
+
+__all__ = [
+    "DeviceNotFoundError",
+    "EngineRunError",
+    "InputDtypeError",
+    "InputError",
+    "InputNameError",
+    "InputShapeError",
+    "InvalidModelError",
+    "ModelNotFoundError",
+    "did_you_mean",
+]
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` when ``name`` looks like a typo of one of ``choices``."""
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class ModelNotFoundError(XpuRuntimeError, FileNotFoundError):
+    """The model file does not exist."""
+
+
+class InvalidModelError(XpuRuntimeError, ValueError):
+    """The model file exists but the engine cannot load it (corrupt, unsupported IR ...)."""
+
+
+class InputError(XpuRuntimeError, ValueError):
+    """A ``run`` input does not match the model; the session stays usable."""
+
+
+class InputNameError(InputError):
+    """An input name is unknown or a required input is missing."""
+
+
+class InputDtypeError(InputError, TypeError):
+    """An input has another element type than the model expects (nothing is cast silently)."""
+
+
+class InputShapeError(InputError):
+    """An input has another rank or fixed dimension than the model expects."""
+
+
+class DeviceNotFoundError(XpuRuntimeError, RuntimeError):
+    """The requested device does not exist on this machine."""
+
+
+class EngineRunError(XpuRuntimeError, RuntimeError):
+    """The engine failed while running the model; the message carries the engine's reason."""
