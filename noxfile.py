@@ -208,8 +208,8 @@ def tests(session: nox.Session, member: str) -> None:
     if member == "torch":
         session.install(*_torch_find_links(), TORCH_CPU)
     _install_wheels(session, *TEST_ENVIRONMENTS[member])
-    if member == "xpuruntime":
-        session.install("uv")  # the packaging tests make clean venvs with uv
+    if member in ("policies", "xpuruntime"):
+        session.install("uv")  # their packaging tests make clean venvs with uv
     _pytest(session, f"packages/{MEMBERS[member]}/tests")
 
 
@@ -217,7 +217,7 @@ def tests(session: nox.Session, member: str) -> None:
 # conformance tests, then the suites of the members that drive that backend.
 BACKENDS: dict[str, dict[str, list[str]]] = {
     "cpu": {"install": ["xpuruntime[cpu]"], "suites": []},
-    "openvino": {"install": ["xpuruntime[openvino]"], "suites": ["npu"]},
+    "openvino": {"install": ["xpuruntime[cpu,openvino]"], "suites": ["npu"]},
     "qnn": {"install": ["xpuruntime[qnn]"], "suites": ["npu"]},
     "torch-cpu": {"install": ["xpuruntime[cpu]", "torch"], "suites": []},
     "cuda": {"install": ["xpuruntime[cuda]", "torch"], "suites": ["core", "inference", "torch"]},

@@ -1,0 +1,146 @@
+"""The xpuruntime-policy CLI through click's test runner: output and exit codes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from xpuruntime.policies import ExecutionPolicy, KernelPolicy, PolicyDocument, load_policy
+from xpuruntime.policies.cli import policy
+
+WriteFile = Callable[[str, str], Path]
+
+GOOD = """\
+schema_version: 1
+kernel:
+  ops:
+    matmul: cublasLt
+execution:
+  precision: fp16
+"""
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def good(write: WriteFile) -> Path:
+    return write("good.yaml", GOOD)
+
+
+def test_validate_ok(runner: CliRunner, good: Path) -> None:
+    result = runner.invoke(policy, ["validate", str(good)])
+    assert result.exit_code == 0
+    assert result.stdout == f"ok: {good} (sha256 {load_policy(good).content_hash()})\n"
+
+
+def test_validate_reports_each_bad_file(runner: CliRunner, good: Path, write: WriteFile) -> None:
+    bad = write("bad.json", '{"schema_version": 1, "kernel": {"ops": {"matmul": "cublaslt"}}}')
+    broken = write("broken.toml", "schema_version = \n")
+    result = runner.invoke(policy, ["validate", str(good), str(bad), str(broken)])
+    assert result.exit_code == 1
+    assert result.stdout.startswith(f"ok: {good}")
+    errors = result.stderr.splitlines()
+    assert errors[0].startswith(f"error: {bad}: kernel.ops.matmul: unknown kernel 'cublaslt'")
+    assert "Did you mean 'cublasLt'?" in errors[0]
+    assert errors[1].startswith(f"error: {broken}:1:18: malformed TOML: Invalid value")
+    assert "Traceback" not in result.output
+
+
+def test_show_normalizes(runner: CliRunner, good: Path) -> None:
+    result = runner.invoke(policy, ["show", str(good), "--to", "json"])
+    assert result.exit_code == 0
+    shown = json.loads(result.stdout)
+    assert shown["execution"]["engines"] == ["tensorrt", "onnxruntime", "openvino", "qnn"]
+    assert shown["kernel"] == {"strategy": "first_supported", "ops": {"matmul": "cublasLt"}}
+    same_format = runner.invoke(policy, ["show", str(good)])
+    assert same_format.stdout.startswith("schema_version: 1\nkernel:\n  strategy: first_supported")
+
+
+def test_show_with_environment(
+    runner: CliRunner, good: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XPURUNTIME_POLICY_PRECISION", "bf16")
+    with_env = runner.invoke(policy, ["show", str(good), "--env", "--to", "json"])
+    assert json.loads(with_env.stdout)["execution"]["precision"] == "bf16"
+    without = runner.invoke(policy, ["show", str(good), "--to", "json"])
+    assert json.loads(without.stdout)["execution"]["precision"] == "fp16"
+
+
+def test_diff(runner: CliRunner, good: Path, write: WriteFile) -> None:
+    other = write(
+        "other.toml",
+        'schema_version = 1\n[kernel.ops]\nmatmul = "cublas"\n[execution]\nprecision = "fp16"\n',
+    )
+    result = runner.invoke(policy, ["diff", str(good), str(other)])
+    assert result.exit_code == 1
+    assert result.stdout == '~ kernel.ops.matmul: "cublasLt" -> "cublas"\n'
+    same = PolicyDocument.load(good).save(good.with_suffix(".json"))
+    result = runner.invoke(policy, ["diff", str(good), str(same)])
+    assert (result.exit_code, result.stdout) == (0, "no differences\n")
+
+
+def test_diff_of_an_invalid_file(runner: CliRunner, good: Path, write: WriteFile) -> None:
+    bad = write("bad.yaml", "schema_version: 3\n")
+    result = runner.invoke(policy, ["diff", str(good), str(bad)])
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: {bad}: schema_version: schema_version 3")
+
+
+def test_hash(runner: CliRunner, good: Path, tmp_path: Path) -> None:
+    as_toml = load_policy(good).save(tmp_path / "same.toml")
+    hashes = {runner.invoke(policy, ["hash", str(path)]).stdout for path in (good, as_toml)}
+    assert hashes == {load_policy(good).content_hash() + "\n"}
+
+
+def test_schema(runner: CliRunner, tmp_path: Path) -> None:
+    printed = runner.invoke(policy, ["schema"])
+    assert printed.exit_code == 0
+    assert json.loads(printed.stdout)["$ref"] == "#/$defs/PolicyFile"
+    target = tmp_path / "policy.schema.json"
+    written = runner.invoke(policy, ["schema", "-o", str(target)])
+    assert written.stdout == f"wrote {target}\n"
+    assert json.loads(target.read_text()) == json.loads(printed.stdout)
+
+
+def test_kernels(runner: CliRunner) -> None:
+    result = runner.invoke(policy, ["kernels", "matmul"])
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[:2] == [
+        "matmul:",
+        "  cublas       devices=cuda      engines=onnxruntime,tensorrt,torch,xpuruntime",
+    ]
+    unknown = runner.invoke(policy, ["kernels", "matmull"])
+    assert unknown.exit_code == 1
+    assert "Did you mean 'matmul'?" in unknown.stderr
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        [],
+        ["validate"],
+        ["validate", "missing.yaml"],
+        ["diff", "only-one.yaml"],
+        ["show", "x.yaml", "--to", "xml"],
+        ["frobnicate"],
+    ],
+)
+def test_usage_errors_exit_2(runner: CliRunner, arguments: list[str]) -> None:
+    result = runner.invoke(policy, arguments)
+    assert result.exit_code == 2 if arguments else result.exit_code in (0, 2)
+    if arguments:
+        assert "Usage:" in result.output
+
+
+def test_saved_policies_validate(runner: CliRunner, tmp_path: Path) -> None:
+    path = ExecutionPolicy(precision="bf16", kernel_policy=KernelPolicy(conv="cudnn")).save(
+        tmp_path / "exec.toml"
+    )
+    assert runner.invoke(policy, ["validate", str(path)]).exit_code == 0
