@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
-from xpuruntime.policies.errors import XpuRuntimeError
+from xpuruntime.inference.errors import DeviceNotFoundError, did_you_mean
 from xpuruntime.runtime.errors import UnsupportedOperationError
 
 
-class UnknownDeviceError(XpuRuntimeError, ValueError):
-    """A device name that no installed backend knows; the message lists the devices found."""
-
-    @classmethod
-    def for_name(cls, name: str, *, engine: str, known: Iterable[str]) -> UnknownDeviceError:
-        choices = sorted(set(known))
-        close = difflib.get_close_matches(name, choices, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        return cls(
-            f"{engine} does not know device {name!r}; devices here: {choices}.{hint} "
-            f"Pass one of them as device=..."
-        )
+def unknown_device(name: str, *, engine: str, known: Iterable[str]) -> DeviceNotFoundError:
+    """The error for a device name the backend does not know, listing the ones it does."""
+    choices = sorted(set(known))
+    return DeviceNotFoundError(
+        f"{engine} does not know device {name!r}{did_you_mean(name, choices)}; devices here: "
+        f"{choices}. Pass one of them as device=..."
+    )
 
 
 class StaticShapeRequiredError(UnsupportedOperationError, ValueError):

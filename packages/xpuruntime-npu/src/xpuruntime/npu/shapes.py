@@ -33,7 +33,7 @@ def _check_given(info: TensorInfo, given: Sequence[int]) -> Shape:
             f"input_shapes[{info.name!r}] = {list(given)} has rank {len(given)}, but the model "
             f"input {info.name!r} has rank {len(info.shape)} (shape {list(info.shape)})."
         )
-    for axis, (want, model_dim) in enumerate(zip(given, info.shape)):
+    for axis, (want, model_dim) in enumerate(zip(given, info.shape, strict=True)):
         if not isinstance(want, int) or want <= 0:
             raise PolicyError(
                 f"input_shapes[{info.name!r}][{axis}] = {want!r}: dimensions must be positive ints."

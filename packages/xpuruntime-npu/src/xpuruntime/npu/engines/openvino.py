@@ -1,0 +1,443 @@
+"""OpenVINO engine: ONNX (or OpenVINO IR) compiled for NPU, CPU, GPU or AUTO under a policy.
+
+Every ExecutionPolicy setting maps to an OpenVINO property, is read back from the compiled
+model, and goes into the record as honoured or not; the devices that actually execute
+(``EXECUTION_DEVICES``) are checked against the device the user required.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from xpuruntime.inference.cache import CacheKey, CacheLookup, ContentCache, file_digest
+from xpuruntime.npu import openvino_backend
+from xpuruntime.npu.openvino_devices import OpenVINOTarget, resolve_target, xrt_name
+from xpuruntime.npu.options import engine_options
+from xpuruntime.npu.quantized import require_quantized_model
+from xpuruntime.npu.shapes import fixed_input_shapes
+from xpuruntime.runtime.engines import Availability, Engine, EngineSession, TensorInfo
+from xpuruntime.runtime.record import Choice, NodeRecord, SettingRecord
+
+if TYPE_CHECKING:
+    import openvino
+
+    from xpuruntime.policies import ExecutionPolicy, KernelPolicy
+    from xpuruntime.runtime.record import ExecutionRecord
+
+# ExecutionPolicy.precision -> (OPTIMIZATION_CAPABILITIES entry, INFERENCE_PRECISION_HINT).
+# tf32 and fp8 have no OpenVINO counterpart; int8 comes from a quantized model, not a hint.
+_PRECISION_HINTS = {"fp32": ("FP32", "f32"), "fp16": ("FP16", "f16"), "bf16": ("BF16", "bf16")}
+_HINT_TO_PRECISION = {hint: name for name, (_, hint) in _PRECISION_HINTS.items()}
+_OPTION_KEYS = ("num_streams",)
+_SKIPPED_LAYERS = {"Input", "Output", "Const"}
+_INT8_PRECISIONS = {"i8", "u8"}
+
+
+def _dims(shape: Any) -> tuple[int | str | None, ...]:
+    """An OpenVINO PartialShape as TensorInfo dims (dynamic -> None)."""
+    return tuple(d.get_length() if d.is_static else None for d in shape)
+
+
+def _tensor_infos(ports: Sequence[Any]) -> list[TensorInfo]:
+    return [
+        TensorInfo(
+            p.get_any_name(),
+            np.dtype(p.get_element_type().to_dtype()).name,
+            _dims(p.get_partial_shape()),
+        )
+        for p in ports
+    ]
+
+
+def _device_default_precision(device: str) -> str:
+    """What the device runs when no hint is given (read from the device itself)."""
+    hint = openvino_backend.device_property(device, "INFERENCE_PRECISION_HINT")
+    return _HINT_TO_PRECISION.get(hint.to_string(), str(hint)) if hint is not None else "default"
+
+
+class OpenVINOSession(EngineSession):
+    """A compiled OpenVINO model with one infer request."""
+
+    def __init__(self, compiled: openvino.CompiledModel) -> None:
+        self._compiled = compiled
+        self._request = compiled.create_infer_request()
+        # One infer request owns its input/output buffers: concurrent run() calls take turns.
+        self._lock = threading.Lock()
+        self._inputs = _tensor_infos(compiled.inputs)
+        self._outputs = _tensor_infos(compiled.outputs)
+
+    @property
+    def inputs(self) -> Sequence[TensorInfo]:
+        return self._inputs
+
+    @property
+    def outputs(self) -> Sequence[TensorInfo]:
+        return self._outputs
+
+    @property
+    def execution_devices(self) -> list[str]:
+        """EXECUTION_DEVICES of the compiled model (AUTO may change it after startup)."""
+        return [str(d) for d in self._compiled.get_property("EXECUTION_DEVICES")]
+
+    def run(
+        self, feeds: Mapping[str, Any], output_names: Sequence[str] | None = None
+    ) -> dict[str, Any]:
+        arrays = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
+        with self._lock:
+            results = self._request.infer(arrays)  # outputs are copied out (share_outputs=False)
+            by_name = {port.get_any_name(): value for port, value in results.items()}
+        wanted = output_names if output_names is not None else [o.name for o in self._outputs]
+        return {name: by_name[name] for name in wanted}
+
+
+class _Compilation:
+    """One create_session call: policy -> properties -> compiled model, recorded."""
+
+    def __init__(self, policy: ExecutionPolicy, record: ExecutionRecord) -> None:
+        self.ov = openvino_backend.import_openvino()
+        self.core = openvino_backend.core()
+        self.policy = policy
+        self.record = record
+        self.options, self.raw = engine_options(
+            policy,
+            "openvino",
+            _OPTION_KEYS,
+            str.isupper,
+            "OpenVINO properties in upper case (ENABLE_CPU_PINNING, ...), passed as is",
+        )
+        self.cache: CacheLookup | None = None
+
+    def setting(
+        self, name: str, requested: Any, applied: Any, honoured: bool, note: str = ""
+    ) -> None:
+        self.record.settings.append(SettingRecord(name, requested, applied, honoured, note))
+
+    def precision_properties(self, target: OpenVINOTarget) -> dict[str, Any]:
+        """INFERENCE_PRECISION_HINT per device kind that can run the requested precision."""
+        precision = self.policy.precision
+        if precision == "int8":
+            supported = [k for k in target.kinds if "INT8" in openvino_backend.capabilities(k)]
+            if not supported:
+                self._precision_fallback(target, "no INT8 in OPTIMIZATION_CAPABILITIES")
+            self.setting(
+                "precision",
+                "int8",
+                "quantized model",
+                bool(supported),
+                "int8 runs from the quantized model's FakeQuantize/QDQ nodes",
+            )
+            return {}
+        capability, hint = _PRECISION_HINTS.get(precision, (None, None))
+        able = [k for k in target.kinds if capability in openvino_backend.capabilities(k)]
+        if hint is None or not able:
+            caps = {k: openvino_backend.capabilities(k) for k in target.kinds}
+            self._precision_fallback(target, f"OPTIMIZATION_CAPABILITIES: {caps}")
+            return {}
+        return {k: {"INFERENCE_PRECISION_HINT": hint} for k in able}
+
+    def _precision_fallback(self, target: OpenVINOTarget, why: str) -> None:
+        chosen = _device_default_precision(target.kinds[0])
+        self.record.fallback(
+            what="precision",
+            requested=self.policy.precision,
+            chosen=chosen,
+            reason=f"OpenVINO {'/'.join(target.kinds)} cannot run {self.policy.precision} ({why})",
+            mode=self.policy.fallback,
+        )
+        self.record.precision = Choice(self.policy.precision, chosen, why)
+
+    def properties(self, target: OpenVINOTarget, model_files: Sequence[Path]) -> dict[str, Any]:
+        """compile_model properties for ``target``; AUTO gets per-device ones in DEVICE_PROPERTIES."""
+        per_device = self.precision_properties(target)
+        props: dict[str, Any] = {"PERFORMANCE_HINT": self.policy.performance_hint.upper()}
+        if self.policy.num_threads is not None:
+            for kind in target.kinds:
+                per_device.setdefault(kind, {})["INFERENCE_NUM_THREADS"] = self.policy.num_threads
+        if "num_streams" in self.options:
+            props["NUM_STREAMS"] = self.options["num_streams"]
+        if self.policy.profiling:
+            props["PERF_COUNT"] = True
+            self.setting(
+                "profiling", True, "PERF_COUNT=True", True, "per-op counters in the request"
+            )
+        if self.policy.cache_dir is not None:
+            props["CACHE_DIR"] = str(self._cache_entry(target, model_files))
+        else:
+            self.record.cache["openvino"] = {
+                "enabled": False,
+                "reason": "ExecutionPolicy.cache_dir is None",
+            }
+        raw = self.raw
+        for key, value in raw.items():
+            self.setting(
+                f"engine_options.openvino.{key}",
+                value,
+                value,
+                True,
+                "passed to compile_model as is",
+            )
+        if target.compile_device.startswith("AUTO"):
+            if per_device:
+                props["DEVICE_PROPERTIES"] = per_device
+        else:
+            props.update(per_device.get(target.compile_device.split(".")[0], {}))
+        return {**props, **raw}
+
+    def _cache_entry(self, target: OpenVINOTarget, model_files: Sequence[Path]) -> Path:
+        """The cache folder for model + policy + OpenVINO version + devices (CACHE_DIR)."""
+        components = {
+            "model": file_digest(model_files[0]),
+            "policy": self.policy.content_hash(),
+            "openvino": self.ov.get_version(),
+            "compile_device": target.compile_device,
+        }
+        if len(model_files) > 1:
+            components["weights"] = file_digest(model_files[1])
+        for name in target.candidates:
+            components[f"device {name}"] = str(
+                openvino_backend.device_property(name, "FULL_DEVICE_NAME")
+            )
+        found = ContentCache(str(self.policy.cache_dir), "openvino").lookup(
+            CacheKey("openvino", components)
+        )
+        self.record.cache["openvino"] = found.as_record()
+        self.cache = found
+        found.entry.mkdir(parents=True, exist_ok=True)
+        return found.entry
+
+    def check_compiled(
+        self, compiled: Any, target: OpenVINOTarget, props: Mapping[str, Any]
+    ) -> list[str]:
+        """Read back what the compiled model runs with; record honoured/not and fallbacks."""
+        supported = compiled.get_property("SUPPORTED_PROPERTIES")
+        executed = [str(d) for d in compiled.get_property("EXECUTION_DEVICES")]
+
+        def read(name: str) -> Any:
+            return compiled.get_property(name) if name in supported else None
+
+        self.setting(
+            "performance_hint",
+            self.policy.performance_hint,
+            str(read("PERFORMANCE_HINT")),
+            str(read("PERFORMANCE_HINT")) == props["PERFORMANCE_HINT"],
+        )
+        if "NUM_STREAMS" in props:
+            streams = read("NUM_STREAMS")
+            self.setting(
+                "engine_options.openvino.num_streams",
+                props["NUM_STREAMS"],
+                streams,
+                str(streams) == str(props["NUM_STREAMS"]),
+            )
+        self._check_precision(read("INFERENCE_PRECISION_HINT"), target)
+        if self.policy.num_threads is not None:
+            threads = read("INFERENCE_NUM_THREADS")
+            self.setting(
+                "num_threads",
+                self.policy.num_threads,
+                threads,
+                threads == self.policy.num_threads,
+                "" if threads is not None else f"{target.compile_device} does not report it",
+            )
+        if self.cache is not None:
+            found = self.cache
+            blobs = any(found.entry.glob("*.blob"))
+            if blobs and not found.hit:
+                found.commit()
+            self.record.cache["openvino"]["stored"] = blobs
+            self.setting(
+                "cache_dir",
+                self.policy.cache_dir,
+                str(found.entry),
+                blobs,
+                "" if blobs else f"{target.compile_device} wrote no cache blob",
+            )
+        if self.policy.deterministic:
+            self.setting("deterministic", True, None, False, "OpenVINO has no determinism switch")
+        self._check_execution_devices(executed, target)
+        return executed
+
+    def _check_precision(self, hint: Any, target: OpenVINOTarget) -> None:
+        if self.record.precision is not None:  # a fallback already said what runs instead
+            return
+        if self.policy.precision == "int8":
+            return  # decided from the runtime graph's node precisions, in check_int8
+        if hint is None:  # AUTO does not report its devices' hints back
+            self.record.precision = Choice(
+                self.policy.precision,
+                self.policy.precision,
+                "set through DEVICE_PROPERTIES; AUTO does not report it",
+            )
+            return
+        ran = _HINT_TO_PRECISION.get(hint.to_string(), hint.to_string())
+        honoured = ran == self.policy.precision
+        self.setting("precision", self.policy.precision, ran, honoured)
+        self.record.precision = Choice(
+            self.policy.precision, ran, "INFERENCE_PRECISION_HINT read back"
+        )
+        if not honoured:
+            self.record.fallback(
+                what="precision",
+                requested=self.policy.precision,
+                chosen=ran,
+                reason=f"{target.compile_device} accepted the hint but compiled for {ran}",
+                mode=self.policy.fallback,
+            )
+
+    def _check_execution_devices(self, executed: list[str], target: OpenVINOTarget) -> None:
+        required = target.required
+        chosen = ",".join(executed)
+        if required is not None and any(
+            d.split(".")[0] != required.split(".")[0] for d in executed
+        ):
+            # AUTO starts on CPU while the NPU/GPU compiles, or picks another device outright.
+            already = any(f.what == "device" for f in self.record.fallbacks)
+            if not already:
+                self.record.fallback(
+                    what="device",
+                    requested=required,
+                    chosen=chosen,
+                    reason=f"{target.compile_device} reports EXECUTION_DEVICES={executed}",
+                    mode=self.policy.fallback,
+                )
+        self.record.device = Choice(
+            target.requested, chosen, f"EXECUTION_DEVICES of {target.compile_device}"
+        )
+
+    def record_nodes(self, compiled: Any, executed: Sequence[str], target: OpenVINOTarget) -> bool:
+        """Runtime-graph ops into record.nodes; False when the device exposes no runtime graph."""
+        try:
+            runtime_model = compiled.get_runtime_model()
+        except RuntimeError as exc:  # AUTO and some NPU drivers expose no runtime graph
+            self.record.notes.append(f"OpenVINO gave no runtime graph for node records: {exc}")
+            return False
+        for op in runtime_model.get_ordered_ops():
+            info = op.get_rt_info()
+            layer = info["layerType"].astype(str) if "layerType" in info else op.get_type_name()
+            if layer in _SKIPPED_LAYERS:
+                continue
+            self.record.nodes.append(
+                NodeRecord(
+                    name=info["originalLayersNames"].astype(str)
+                    if "originalLayersNames" in info
+                    else op.get_friendly_name(),
+                    op_type=layer,
+                    requested=target.required or target.compile_device,
+                    chosen=",".join(executed),
+                    kernel=info["primitiveType"].astype(str) if "primitiveType" in info else None,
+                    precision=info["runtimePrecision"].astype(str)
+                    if "runtimePrecision" in info
+                    else None,
+                )
+            )
+        return True
+
+    def check_int8(self, target: OpenVINOTarget, have_nodes: bool) -> None:
+        """int8 holds only if the runtime graph runs some op in i8/u8 (the CPU may emulate
+        a FakeQuantize model in f32 instead, which is then a precision fallback)."""
+        if self.policy.precision != "int8" or self.record.precision is not None:
+            return
+        if not have_nodes:
+            self.record.precision = Choice(
+                "int8", "int8", f"{target.compile_device} shows no runtime graph to verify it"
+            )
+            return
+        integer = [n for n in self.record.nodes if n.precision in _INT8_PRECISIONS]
+        if integer:
+            self.record.precision = Choice(
+                "int8", "int8", f"{len(integer)} runtime op(s) run in i8/u8"
+            )
+            return
+        ran = sorted(
+            {
+                _HINT_TO_PRECISION.get(n.precision, n.precision)
+                for n in self.record.nodes
+                if n.precision
+            }
+        )
+        reason = (
+            f"{target.compile_device} compiled the quantized model's FakeQuantize ops into "
+            f"{'/'.join(ran) or 'float'} kernels: no op runs in i8/u8"
+        )
+        self.record.fallback(
+            what="precision",
+            requested="int8",
+            chosen="/".join(ran) or "float",
+            reason=reason,
+            mode=self.policy.fallback,
+        )
+        self.record.precision = Choice("int8", "/".join(ran) or "float", reason)
+
+
+class OpenVINOEngine(Engine):
+    """Intel OpenVINO: Intel NPU, CPU and GPU, and AUTO device selection."""
+
+    name: ClassVar[str] = "openvino"
+    aliases: ClassVar[tuple[str, ...]] = ("ov",)
+    install_hint: ClassVar[str] = openvino_backend.INSTALL_HINT
+
+    @classmethod
+    def availability(cls) -> Availability:
+        try:
+            ov = openvino_backend.import_openvino()
+        except ImportError as exc:
+            return Availability(False, reason=str(exc), install_hint=cls.install_hint)
+        return Availability(
+            True,
+            devices=tuple(xrt_name(d) for d in openvino_backend.core().available_devices),
+            versions={"openvino": ov.get_version()},
+        )
+
+    def create_session(
+        self,
+        model: Path,
+        *,
+        device: str,
+        exec_policy: ExecutionPolicy,
+        kernel_policy: KernelPolicy | None,
+        record: ExecutionRecord,
+    ) -> EngineSession:
+        job = _Compilation(exec_policy, record)
+        if record.engine is None:
+            record.engine = Choice(self.name, self.name, "asked for by name")
+        if kernel_policy is not None and kernel_policy.entries:
+            record.notes.append(
+                "OpenVINO chooses its own kernels; the KernelPolicy is recorded, not applied"
+            )
+        target = resolve_target(
+            device, job.core.available_devices, record=record, fallback=exec_policy.fallback
+        )
+        model_path = require_quantized_model(Path(model), exec_policy, record)
+        ov_model = job.core.read_model(str(model_path))
+        shapes = fixed_input_shapes(
+            _tensor_infos(ov_model.inputs),
+            exec_policy.input_shapes,
+            static_shape=exec_policy.static_shape,
+            device=f"OpenVINO {'NPU' if 'NPU' in target.asked_kinds else target.compile_device}",
+            # Checked against what was asked, so a fallback run here does not hide the NPU's needs.
+            device_needs_static="NPU" in target.asked_kinds,
+        )
+        if shapes:
+            ov_model.reshape(
+                {name: job.ov.PartialShape(list(dims)) for name, dims in shapes.items()}
+            )
+            record.settings.append(
+                SettingRecord(
+                    "input_shapes",
+                    exec_policy.input_shapes,
+                    {k: list(v) for k, v in shapes.items()},
+                )
+            )
+        model_files = [model_path]
+        if model_path.suffix == ".xml" and model_path.with_suffix(".bin").exists():
+            model_files.append(model_path.with_suffix(".bin"))
+        props = job.properties(target, model_files)
+        compiled = job.core.compile_model(ov_model, target.compile_device, props)
+        executed = job.check_compiled(compiled, target, props)
+        job.check_int8(target, job.record_nodes(compiled, executed, target))
+        return OpenVINOSession(compiled)

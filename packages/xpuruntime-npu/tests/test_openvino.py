@@ -1,0 +1,231 @@
+"""Real OpenVINO sessions on the CPU device, against ONNX Runtime's CPU outputs.
+
+Tolerance: fp32 on OpenVINO CPU agrees with ONNX Runtime CPU to 1e-5 of the output scale
+(different kernels, same precision); int8 (NNCF) to 5% of the output scale.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip(
+    "openvino", reason="openvino is not installed: pip install 'xpuruntime-npu[openvino]'"
+)
+
+from xpuruntime.inference.errors import DeviceNotFoundError
+from xpuruntime.npu.engines.openvino import OpenVINOEngine
+from xpuruntime.npu.errors import QuantizedModelRequiredError, StaticShapeRequiredError
+from xpuruntime.policies.errors import PolicyError
+from xpuruntime.runtime.errors import FallbackError
+from xpuruntime.runtime.record import ExecutionRecord, FallbackWarning
+
+FP32_REL = 1e-5
+
+
+def _session(model, record, device="cpu", **policy):
+    from xpuruntime.policies import ExecutionPolicy
+
+    return OpenVINOEngine().create_session(
+        Path(model),
+        device=device,
+        exec_policy=ExecutionPolicy(**policy),
+        kernel_policy=None,
+        record=record,
+    )
+
+
+@pytest.mark.parametrize("model_name", ["mlp", "cnn"])
+def test_cpu_agrees_with_onnxruntime(request, model_name, record, feeds_for, ort_reference, close):
+    model = request.getfixturevalue(model_name)
+    feeds = feeds_for(model)
+    session = _session(model, record)
+    close(session.run(feeds), ort_reference(model, feeds), rel=FP32_REL)
+    assert record.device.chosen == "CPU"
+    assert record.precision.chosen == "fp32"
+    assert record.fallbacks == []
+    assert record.nodes
+    assert all(n.chosen == "CPU" for n in record.nodes)
+    assert any(
+        n.kernel and n.kernel.startswith(("jit", "brgemm", "gemm", "ref")) for n in record.nodes
+    )
+
+
+def test_dynamic_batch_runs_several_batches_on_cpu(
+    dynamic_mlp, record, feeds_for, ort_reference, close
+):
+    session = _session(dynamic_mlp, record)
+    assert session.inputs[0].shape == (None, 16)
+    for batch in (1, 3, 8):
+        feeds = feeds_for(dynamic_mlp, batch=batch)
+        close(session.run(feeds), ort_reference(dynamic_mlp, feeds), rel=FP32_REL)
+
+
+def test_static_shape_reshapes_to_input_shapes(
+    dynamic_mlp, record, feeds_for, ort_reference, close
+):
+    session = _session(dynamic_mlp, record, static_shape=True, input_shapes={"x": [2, 16]})
+    assert session.inputs[0].shape == (2, 16)
+    assert session.outputs[0].shape == (2, 8)
+    feeds = feeds_for(dynamic_mlp, batch=2)
+    close(session.run(feeds), ort_reference(dynamic_mlp, feeds), rel=FP32_REL)
+    assert any(s.name == "input_shapes" and s.applied == {"x": [2, 16]} for s in record.settings)
+
+
+def test_static_shape_without_shapes_is_a_clear_error(dynamic_mlp, record):
+    with pytest.raises(StaticShapeRequiredError, match=r"input_shapes=\{'x': \[1, 16\]\}"):
+        _session(dynamic_mlp, record, static_shape=True)
+
+
+def test_input_shapes_for_unknown_input_is_a_policy_error(dynamic_mlp, record):
+    with pytest.raises(PolicyError, match="Did you mean 'x'"):
+        _session(dynamic_mlp, record, static_shape=True, input_shapes={"xx": [2, 16]})
+
+
+def test_settings_are_read_back(mlp, record):
+    _session(
+        mlp,
+        record,
+        performance_hint="throughput",
+        num_threads=1,
+        engine_options={"openvino": {"num_streams": 1}},
+    )
+    settings = {s.name: s for s in record.settings}
+    assert settings["performance_hint"].applied == "THROUGHPUT"
+    assert settings["performance_hint"].honoured
+    assert settings["num_threads"].applied == 1
+    assert settings["num_threads"].honoured
+    assert settings["engine_options.openvino.num_streams"].honoured
+
+
+def test_unknown_engine_option_is_a_policy_error(mlp, record):
+    with pytest.raises(PolicyError, match="Did you mean 'num_streams'"):
+        _session(mlp, record, engine_options={"openvino": {"num_stream": 2}})
+    with pytest.raises(PolicyError, match="upper case"):
+        _session(mlp, record, engine_options={"openvino": {"cache_mode": "x"}})
+
+
+def test_precision_the_cpu_cannot_run(mlp, record):
+    with pytest.raises(FallbackError, match="cannot run fp16"):
+        _session(mlp, record, precision="fp16", fallback="error")
+
+
+def test_precision_fallback_warns_and_records(mlp, record, feeds_for, ort_reference, close):
+    with pytest.warns(FallbackWarning, match="precision"):
+        session = _session(mlp, record, precision="fp16", fallback="warn")
+    assert record.precision.requested == "fp16"
+    assert record.precision.chosen == "fp32"
+    feeds = feeds_for(mlp)
+    close(session.run(feeds), ort_reference(mlp, feeds), rel=FP32_REL)
+
+
+@pytest.mark.usefixtures("npu_absent")
+class TestNpuAbsent:
+    """This machine has no Intel NPU: device='npu' under each fallback mode."""
+
+    def test_error_raises_naming_the_devices_found(self, mlp, record):
+        with pytest.raises(FallbackError, match=r"no NPU device here; its devices: \['CPU'\]"):
+            _session(mlp, record, device="npu", fallback="error")
+
+    def test_warn_runs_on_cpu_and_records(self, mlp, record, feeds_for, ort_reference, close):
+        with pytest.warns(FallbackWarning, match="NPU"):
+            session = _session(mlp, record, device="npu", fallback="warn")
+        assert [(f.requested, f.chosen, f.mode) for f in record.fallbacks] == [
+            ("NPU", "CPU", "warn")
+        ]
+        assert record.device.chosen == "CPU"
+        feeds = feeds_for(mlp)
+        close(session.run(feeds), ort_reference(mlp, feeds), rel=FP32_REL)
+
+    def test_allow_records_without_warning(self, mlp, record):
+        _session(mlp, record, device="npu:0", fallback="allow")
+        assert [(f.requested, f.mode) for f in record.fallbacks] == [("NPU.0", "allow")]
+
+    def test_auto_priority_list_lands_elsewhere(self, mlp, record):
+        with pytest.raises(FallbackError, match="NPU"):
+            _session(mlp, record, device="AUTO:NPU,CPU", fallback="error")
+        allowed = ExecutionRecord(kind="inference")
+        session = _session(mlp, allowed, device="AUTO:NPU,CPU", fallback="allow")
+        assert session.execution_devices == ["CPU"]
+        assert allowed.device.chosen == "CPU"
+        assert allowed.fallbacks[0].chosen == "CPU"
+
+    def test_dynamic_model_on_npu_needs_static_shapes(self, dynamic_mlp, record):
+        # Checked against the device asked for: the model would fail on a machine with the NPU.
+        with pytest.raises(StaticShapeRequiredError, match="runs fixed shapes only"):
+            _session(dynamic_mlp, record, device="AUTO:CPU,NPU", fallback="allow")
+
+
+def test_auto_on_the_required_device_is_no_fallback(mlp, record):
+    session = _session(mlp, record, device="AUTO:CPU", fallback="error")
+    assert session.execution_devices == ["CPU"]
+    assert record.fallbacks == []
+
+
+def test_cuda_device_falls_back_through_the_policy(mlp, record):
+    with pytest.raises(FallbackError, match="cuda:0"):
+        _session(mlp, record, device="cuda:0", fallback="error")
+
+
+@pytest.mark.parametrize(("name", "hint"), [("tpu", "'CPU'"), ("cpux", "did you mean 'cpu'")])
+def test_unknown_device_lists_what_exists(mlp, record, name, hint):
+    with pytest.raises(DeviceNotFoundError, match=hint):
+        _session(mlp, record, device=name)
+
+
+def test_cache_hits_on_the_second_session(mlp, tmp_path, feeds_for):
+    first, second = ExecutionRecord(kind="inference"), ExecutionRecord(kind="inference")
+    cache_dir = str(tmp_path / "cache")
+    a = _session(mlp, first, cache_dir=cache_dir)
+    b = _session(mlp, second, cache_dir=cache_dir)
+    assert first.cache["openvino"]["hit"] is False
+    assert first.cache["openvino"]["stored"] is True
+    assert second.cache["openvino"]["hit"] is True
+    feeds = feeds_for(mlp)
+    np.testing.assert_array_equal(a.run(feeds)["y"], b.run(feeds)["y"])
+    third = ExecutionRecord(kind="inference")
+    _session(mlp, third, cache_dir=cache_dir, performance_hint="throughput")
+    assert "policy changed" in third.cache["openvino"]["explanation"]
+
+
+def test_int8_without_a_quantized_model_says_how_to_make_one(mlp, record):
+    with pytest.raises(QuantizedModelRequiredError, match="quantize_for_openvino"):
+        _session(mlp, record, precision="int8")
+
+
+def test_int8_with_an_nncf_model(cnn, tmp_path, record, feeds_for, ort_reference, close):
+    pytest.importorskip("nncf", reason="nncf is not installed: pip install 'xpuruntime-npu[nncf]'")
+    from xpuruntime.npu.quantize import quantize_for_openvino
+
+    calibration = [feeds_for(cnn, seed=s) for s in range(32)]
+    quantized = quantize_for_openvino(cnn, calibration, tmp_path / "cnn.int8.xml")
+    session = _session(cnn, record, precision="int8", quantized_model=str(quantized))
+    feeds = feeds_for(cnn, seed=99)
+    close(session.run(feeds), ort_reference(cnn, feeds), rel=0.05)
+    assert record.precision.chosen == "int8"
+    assert any(n.precision in ("i8", "u8") for n in record.nodes)
+
+
+def test_int8_emulated_in_float_is_a_precision_fallback(mlp, tmp_path, record, feeds_for):
+    # OpenVINO's CPU plugin folds this MLP's FakeQuantize ops into an f32 subgraph: the
+    # quantized model runs, but not in int8, and the record must not claim int8.
+    pytest.importorskip("nncf", reason="nncf is not installed: pip install 'xpuruntime-npu[nncf]'")
+    from xpuruntime.npu.quantize import quantize_for_openvino
+
+    calibration = [feeds_for(mlp, seed=s) for s in range(32)]
+    quantized = quantize_for_openvino(mlp, calibration, tmp_path / "mlp.int8.xml")
+    with pytest.raises(FallbackError, match="no op runs in i8/u8"):
+        _session(mlp, record, precision="int8", quantized_model=str(quantized), fallback="error")
+
+
+def test_concurrent_runs_do_not_mix_buffers(mlp, record, feeds_for, ort_reference, close):
+    from concurrent.futures import ThreadPoolExecutor
+
+    session = _session(mlp, record)
+    feeds = [feeds_for(mlp, seed=s) for s in range(32)]
+    with ThreadPoolExecutor(4) as pool:
+        outputs = list(pool.map(session.run, feeds))
+    for got, given in zip(outputs, feeds, strict=True):
+        close(got, ort_reference(mlp, given), rel=FP32_REL)
