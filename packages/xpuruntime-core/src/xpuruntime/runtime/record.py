@@ -13,6 +13,7 @@ so no engine can fall back without a trace.
 from __future__ import annotations
 
 import datetime as _dt
+import sys
 import warnings
 from typing import Any, Literal
 
@@ -148,7 +149,7 @@ class ExecutionRecord(msgspec.Struct, forbid_unknown_fields=True):
             FallbackRecord(what=what, requested=requested, chosen=chosen, reason=reason, mode=mode)
         )
         if mode == "warn":
-            warnings.warn(message, FallbackWarning, stacklevel=3)
+            warnings.warn(message, FallbackWarning, stacklevel=_user_stacklevel())
 
     def to_dict(self) -> dict[str, Any]:
         """The record as plain JSON-compatible Python objects."""
@@ -162,6 +163,19 @@ class ExecutionRecord(msgspec.Struct, forbid_unknown_fields=True):
     def from_json(cls, data: str | bytes) -> ExecutionRecord:
         """Parse and validate a record written by :meth:`to_json`."""
         return msgspec.json.decode(data, type=cls)
+
+
+def _user_stacklevel() -> int:
+    """Stack level of the first caller outside xpuruntime, so a warning points at user code
+    (the engine that hit the fallback may be several xpuruntime frames deep)."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and str(frame.f_globals.get("__name__", "")).startswith(
+        "xpuruntime."
+    ):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def record_json_schema() -> dict[str, Any]:
