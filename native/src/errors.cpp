@@ -20,13 +20,26 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
   }
   return prev[b.size()];
 }
+
+// Same first letter and every letter of `name` in order in `choice`.
+bool is_abbreviation(const std::string& name, const std::string& choice) {
+  if (name.size() < 3 || name.size() >= choice.size()) return false;
+  auto lower = [](char c) { return std::tolower(static_cast<unsigned char>(c)); };
+  if (lower(name[0]) != lower(choice[0])) return false;
+  std::size_t j = 0;
+  for (char c : choice) {
+    if (j < name.size() && lower(c) == lower(name[j])) ++j;
+  }
+  return j == name.size();
+}
 }  // namespace
 
 std::string closest_name(const std::string& name, const std::vector<std::string>& choices) {
   std::string best;
   std::size_t best_distance = std::max<std::size_t>(2, name.size() / 3) + 1;
   for (const auto& choice : choices) {
-    const std::size_t d = edit_distance(name, choice);
+    // An abbreviation ("onnxrt" of "onnxruntime") is as good a hint as a one-letter typo.
+    const std::size_t d = is_abbreviation(name, choice) ? 1 : edit_distance(name, choice);
     if (d < best_distance) {
       best_distance = d;
       best = choice;

@@ -144,11 +144,16 @@ Tensor Tensor::empty(const std::vector<std::int64_t>& shape, DType dtype, Device
   return t;
 }
 
-Tensor tensor_from_dlpack(DLManagedTensor* managed) {
+namespace {
+void call_producer_deleter(DLManagedTensor* m) {
+  if (m->deleter) m->deleter(m);
+}
+}  // namespace
+
+Tensor tensor_from_dlpack(DLManagedTensor* managed, DLPackRelease release) {
   // Own the producer's tensor first, so every error path below still releases it.
-  std::shared_ptr<DLManagedTensor> owner(managed, [](DLManagedTensor* m) {
-    if (m->deleter) m->deleter(m);
-  });
+  std::shared_ptr<DLManagedTensor> owner(managed,
+                                         release ? release : call_producer_deleter);
   const DLTensor& dl = managed->dl_tensor;
   Tensor t;
   t.holder = owner;
@@ -200,7 +205,9 @@ DLManagedTensor* tensor_to_dlpack(const Tensor& t) {
   if (t.device.kind == DeviceKind::CUDA) {
     dl.device = {kDLCUDA, t.device.index};
   } else {
-    dl.device = {t.pinned ? kDLCUDAHost : kDLCPU, 0};
+    // Pinned host memory is exported as plain CPU memory: every consumer reads kDLCPU,
+    // not all of them read kDLCUDAHost.
+    dl.device = {kDLCPU, 0};
   }
   dl.ndim = static_cast<std::int32_t>(t.shape.size());
   dl.dtype = {info(t.dtype).dl_code, static_cast<std::uint8_t>(info(t.dtype).size * 8), 1};

@@ -48,9 +48,11 @@ struct Tensor {
                       void* stream = nullptr);
 };
 
-// Zero-copy import. Takes ownership of `managed` (its deleter runs when the last view dies).
+// Zero-copy import. Takes ownership of `managed`: when the last view dies, `release` runs
+// (default: the producer's deleter; the Python bindings pass one that takes the GIL first).
 // Rejects non-contiguous layouts, unsupported dtypes and devices with typed errors.
-Tensor tensor_from_dlpack(DLManagedTensor* managed);
+using DLPackRelease = void (*)(DLManagedTensor*);
+Tensor tensor_from_dlpack(DLManagedTensor* managed, DLPackRelease release = nullptr);
 // Zero-copy export: the returned tensor keeps `t`'s storage alive until its deleter runs.
 DLManagedTensor* tensor_to_dlpack(const Tensor& t);
 

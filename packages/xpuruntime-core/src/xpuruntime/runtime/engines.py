@@ -22,7 +22,7 @@ from xpuruntime.runtime.errors import EngineNotInstalledError, XpuRuntimeError
 
 if TYPE_CHECKING:
     from xpuruntime.policies import ExecutionPolicy, KernelPolicy
-    from xpuruntime.runtime.record import ExecutionRecord
+    from xpuruntime.runtime.record import CopyRecord, ExecutionRecord
 
 ENTRY_POINT_GROUP = "xpuruntime.engines"
 
@@ -50,8 +50,45 @@ class Availability:
     versions: Mapping[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class RunStats:
+    """Host<->device traffic of one run, as the engine session saw it.
+
+    The caller turns it into a :class:`~xpuruntime.runtime.record.RunRecord` together with
+    the latency it measured.
+    """
+
+    copies: tuple[CopyRecord, ...] = ()
+    syncs: int = 0
+    io_binding: bool = False
+
+
+NO_TRANSFERS = RunStats()
+
+
 class EngineSession(abc.ABC):
     """A model loaded by one engine on one device; created by :meth:`Engine.create_session`."""
+
+    #: True when :meth:`run` itself rejects unknown or missing input names, wrong dtypes and
+    #: wrong ranks or fixed dimensions (with any exception). The caller then skips its own
+    #: per-call feed check and runs it only after a failure, to raise the typed error.
+    checks_inputs: ClassVar[bool] = False
+
+    def run_stats(self) -> RunStats:
+        """Copies, synchronisations and I/O binding of the latest :meth:`run`.
+
+        Engines that move data between host and device override this; the default says
+        the run made no copies and no synchronisations.
+        """
+        return NO_TRANSFERS
+
+    def profile_events(self) -> list[dict[str, Any]]:
+        """The engine's own profile as Chrome trace events (empty unless profiling was on).
+
+        Timestamps are microseconds on the monotonic clock the core profiler uses, so the
+        events merge into ``xpuruntime.runtime.profiler.export_chrome_trace(extra_events=...)``.
+        """
+        return []
 
     @property
     @abc.abstractmethod

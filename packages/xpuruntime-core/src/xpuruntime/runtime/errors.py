@@ -8,6 +8,7 @@ __all__ = [
     "CudaError",
     "EngineNotInstalledError",
     "FallbackError",
+    "InvalidArgumentError",
     "OutOfMemoryError",
     "PolicyError",
     "UnsupportedOperationError",
@@ -21,6 +22,11 @@ class CudaError(XpuRuntimeError):
 
 class OutOfMemoryError(CudaError, MemoryError):
     """A device allocation failed; the message gives requested and free bytes."""
+
+
+class InvalidArgumentError(XpuRuntimeError, ValueError):
+    """An argument is out of range or malformed (device index, dtype, device string); the
+    message names the valid choices. Also a ValueError, so callers catching that keep working."""
 
 
 class UnsupportedOperationError(XpuRuntimeError):
