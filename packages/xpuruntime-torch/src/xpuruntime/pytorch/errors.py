@@ -1,0 +1,15 @@
+"""Errors specific to the PyTorch integration (all catchable as ``XpuRuntimeError``)."""
+
+from __future__ import annotations
+
+from xpuruntime.policies.errors import XpuRuntimeError
+
+__all__ = ["AllocatorError", "GraphInputError"]
+
+
+class AllocatorError(XpuRuntimeError, RuntimeError):
+    """The allocator cannot be swapped now (PyTorch already initialised CUDA, no GPU, ...)."""
+
+
+class GraphInputError(XpuRuntimeError, ValueError):
+    """A graphed step was called with inputs that do not fit its static buffers."""

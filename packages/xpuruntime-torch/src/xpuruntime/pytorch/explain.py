@@ -1,0 +1,209 @@
+"""``explain()``: which kernels ran for which ops in one training step, as a record.
+
+Runs the step under ``torch.profiler`` and reads the device kernels PyTorch attributes to
+each innermost operator (correlation ids), then writes them into the same
+:class:`~xpuruntime.runtime.record.ExecutionRecord` schema the inference package uses
+(``kind="training"``): ``kernels`` (name, op, library, count, total time) and ``nodes``
+(operator -> kernel). Kernels of an op the policy pinned are checked against it: a kernel of
+another library goes through the policy's fallback mode (``"error"`` raises).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import torch
+from torch._C._autograd import DeviceType
+from torch.autograd.profiler_util import FunctionEvent
+
+from xpuruntime.pytorch import policy
+from xpuruntime.pytorch._compat import PROFILER_OPTIONS
+from xpuruntime.pytorch.kernels import LIBRARY_KERNEL, kernel_library, policy_op
+from xpuruntime.runtime.record import ExecutionRecord, KernelRecord, NodeRecord, RunRecord
+
+__all__ = ["explain", "record_from_events"]
+
+
+@dataclass
+class _Seen:
+    op: str
+    aten: str
+    library: str | None
+    count: int = 0
+    total_us: float = 0.0
+
+
+def _family(event: FunctionEvent) -> tuple[str | None, str]:
+    """The policy op of the nearest enclosing operator that has one (and that op's name)."""
+    current: FunctionEvent | None = event
+    while current is not None:
+        family = policy_op(current.name)
+        if family is not None:
+            return family, current.name
+        current = current.cpu_parent
+    return None, event.name
+
+
+def _innermost_cpu_ops(events: list[FunctionEvent]) -> list[FunctionEvent]:
+    """CPU operators of a policy op family with no child of the same family."""
+    found = []
+    for event in events:
+        family = policy_op(event.name)
+        if family is None or event.device_type != DeviceType.CPU:
+            continue
+        if any(policy_op(child.name) == family for child in event.cpu_children):
+            continue
+        found.append(event)
+    return found
+
+
+def _requested(op: str) -> str | None:
+    kernel_policy = policy.get_kernel_policy()
+    return kernel_policy.get(op) if kernel_policy is not None else None
+
+
+def _check_pins(seen: dict[str, _Seen]) -> None:
+    kernel_policy = policy.get_kernel_policy()
+    if kernel_policy is None:
+        return
+    for name, entry in seen.items():
+        requested = kernel_policy.get(entry.op)
+        chosen = LIBRARY_KERNEL.get(entry.library or "")
+        if requested is None or chosen is None or chosen == requested:
+            continue
+        if requested not in LIBRARY_KERNEL.values():
+            continue  # the policy names a kernel the profiler cannot tell apart
+        policy.note_fallback(
+            what=f"{entry.op} kernel",
+            requested=requested,
+            chosen=chosen,
+            reason=f"the profiler saw {name!r} ({entry.library}) run for {entry.aten}",
+        )
+
+
+def _launcher_rank(event: FunctionEvent) -> tuple[bool, bool, float]:
+    # Correlation ids are not unique: CUPTI bookkeeping events ("Lazy Function Loading",
+    # "Activity Buffer Request") can carry an operator's id. Prefer PyTorch operators.
+    return (
+        getattr(event, "activity_type", "cpu_op") == "cpu_op",
+        "::" in event.name,
+        event.time_range.start,
+    )
+
+
+def _kernel_instances(events: list[FunctionEvent]) -> list[tuple[str, float, FunctionEvent]]:
+    """(kernel name, duration in µs, launching operator), once per kernel that ran.
+
+    Device-side events carry the correlation id of the operator that launched them; reading
+    them (not each operator's ``kernels`` list, which can repeat a kernel under a colliding
+    id) counts every launch once.
+    """
+    cpu_by_id: dict[int, list[FunctionEvent]] = {}
+    for event in events:
+        if event.device_type == DeviceType.CPU:
+            cpu_by_id.setdefault(event.id, []).append(event)
+    found: dict[tuple[str, int, float], tuple[str, float, FunctionEvent]] = {}
+    for event in events:
+        candidates = cpu_by_id.get(getattr(event, "linked_correlation_id", 0), [])
+        if event.device_type == DeviceType.CPU or not candidates:
+            continue
+        span = event.time_range
+        launched_before = [c for c in candidates if c.time_range.start <= span.start]
+        launcher = max(launched_before or candidates, key=_launcher_rank)
+        key = (event.name, event.device_index, span.start)
+        found.setdefault(key, (event.name, float(span.end - span.start), launcher))
+    if found or not events or hasattr(events[0], "linked_correlation_id"):
+        return list(found.values())
+    # PyTorch without linked ids on events: the operators' kernel lists
+    return [
+        (kernel.name, float(kernel.duration), event)
+        for event in events
+        for kernel in event.kernels
+        if kernel.name != event.name  # legacy CUDA timing attached under the op's own name
+    ]
+
+
+def record_from_events(
+    events: list[FunctionEvent], latency_ms: float | None = None
+) -> ExecutionRecord:
+    """Build a training record from profiler events (``prof.events()``)."""
+    seen: dict[str, _Seen] = {}
+    for name, duration_us, launcher in _kernel_instances(events):
+        op, aten = _family(launcher)
+        entry = seen.setdefault(name, _Seen(op=op or launcher.name, aten=aten, library=None))
+        entry.library = kernel_library(name, op)
+        entry.count += 1
+        entry.total_us += duration_us
+    _check_pins(seen)
+    nodes: dict[tuple[str, str | None], NodeRecord] = {}
+    for name, entry in seen.items():
+        nodes.setdefault(
+            (entry.aten, name),
+            NodeRecord(
+                name=entry.aten,
+                op_type=entry.op,
+                requested=_requested(entry.op),
+                chosen=entry.library,
+                kernel=name,
+            ),
+        )
+    if not seen:  # CPU-only step: the innermost operator names the kernel that ran
+        for event in _innermost_cpu_ops(events):
+            op = policy_op(event.name)
+            assert op is not None
+            nodes.setdefault(
+                (event.name, None),
+                NodeRecord(
+                    name=event.name,
+                    op_type=op,
+                    requested=_requested(op),
+                    chosen="cpu",
+                    kernel=event.name,
+                ),
+            )
+    base = policy.current_record()
+    record = msgspec.structs.replace(
+        base,
+        settings=list(base.settings),
+        decisions=list(base.decisions),
+        fallbacks=list(base.fallbacks),
+        notes=list(base.notes),
+        nodes=list(nodes.values()),
+        kernels=[
+            KernelRecord(
+                name=name,
+                op=entry.op,
+                library=entry.library,
+                count=entry.count,
+                total_us=round(entry.total_us, 3),
+            )
+            for name, entry in seen.items()
+        ],
+        runs=[RunRecord(index=0, latency_ms=latency_ms)] if latency_ms is not None else [],
+    )
+    if not seen:
+        record.notes.append("no device kernels observed (CPU step): nodes name the CPU operators")
+    return record
+
+
+def explain(step: Callable[..., Any], *args: Any, **kwargs: Any) -> ExecutionRecord:
+    """Run ``step(*args, **kwargs)`` once under the profiler and record what ran.
+
+    The step runs for real (a training step updates the model). Returns an
+    ``ExecutionRecord(kind="training")`` with the policy's verified settings, the ops'
+    decisions, the kernels per op and the step's wall time.
+    """
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities, **PROFILER_OPTIONS) as prof:
+        start = time.perf_counter()
+        step(*args, **kwargs)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        latency_ms = (time.perf_counter() - start) * 1e3
+    return record_from_events(list(prof.events()), latency_ms)

@@ -1,0 +1,13 @@
+"""xpuruntime's PyTorch custom ops, registered with ``torch.library`` (namespace
+``xpuruntime``): autograd and fake implementations included, so they work under
+``torch.compile`` and pass ``torch.library.opcheck``.
+
+The kernel each op runs comes from the kernel policy in effect (``attention`` and
+``layernorm`` entries) and is recorded as a decision in
+:func:`xpuruntime.pytorch.current_record`.
+"""
+
+from xpuruntime.pytorch.ops.attention import fused_attention
+from xpuruntime.pytorch.ops.layernorm import fused_layernorm
+
+__all__ = ["fused_attention", "fused_layernorm"]

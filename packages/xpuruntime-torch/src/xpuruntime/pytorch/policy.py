@@ -1,0 +1,373 @@
+"""The process-wide kernel policy for PyTorch training: set, scope, verify, record.
+
+PyTorch's switches are process-global (one BLAS preference, one set of SDPA backends, one
+TF32 mode per process), so the policy is too: setting it in one thread changes what every
+thread runs. A lock serialises every change. Scopes (:func:`kernel_policy`) form a stack;
+leaving a scope restores the state from before it, and a scope left out of order (threads
+overlapping) hands its saved state to the scope entered after it, so once every scope has
+closed the process is back where it started.
+
+Each application is verified: every switch is read back after writing, and the
+:class:`~xpuruntime.runtime.record.ExecutionRecord` (``kind="training"``) says what was
+requested, what PyTorch reports, and whether it was honoured. A pinned kernel that cannot be
+honoured raises :class:`~xpuruntime.runtime.errors.UnsupportedOperationError` and leaves the
+previous state in place; anything else not honoured goes through ``record.fallback``.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from xpuruntime.policies import ExecutionPolicy, KernelPolicy, PolicyError
+from xpuruntime.pytorch.mapping import Plan, PlannedSetting, plan
+from xpuruntime.pytorch.switches import SWITCHES, read_all, torch_version, write_changed
+from xpuruntime.runtime.errors import UnsupportedOperationError
+from xpuruntime.runtime.fingerprint import environment_fingerprint, fingerprint_hash
+from xpuruntime.runtime.record import (
+    Choice,
+    DecisionRecord,
+    ExecutionRecord,
+    FallbackMode,
+    SettingRecord,
+)
+
+__all__ = [
+    "clear_kernel_policy",
+    "current_record",
+    "fallback_mode",
+    "get_execution_policy",
+    "get_kernel_policy",
+    "kernel_policy",
+    "note_decision",
+    "note_fallback",
+    "set_kernel_policy",
+]
+
+PROCESS_GLOBAL_NOTE = (
+    "PyTorch's switches are process-global: this policy applies to every thread of the process"
+)
+
+_LOCK = threading.RLock()
+
+
+@dataclass
+class _State:
+    kernel_policy: KernelPolicy | None
+    execution: ExecutionPolicy | None
+    record: ExecutionRecord
+    # Switch values from before any policy was applied; every application starts from them
+    # so a new policy replaces the previous one instead of stacking on it.
+    baseline: dict[str, Any] | None
+    decided: set[tuple[str, ...]] = field(default_factory=set)
+
+
+@dataclass
+class _Scope:
+    saved_state: _State
+    saved_switches: dict[str, Any]
+
+
+@functools.cache
+def _environment() -> tuple[dict[str, Any], str]:
+    fingerprint = environment_fingerprint()
+    return fingerprint, fingerprint_hash(fingerprint)
+
+
+def _empty_record() -> ExecutionRecord:
+    return ExecutionRecord(kind="training", notes=[PROCESS_GLOBAL_NOTE])
+
+
+_state = _State(kernel_policy=None, execution=None, record=_empty_record(), baseline=None)
+_scopes: list[_Scope] = []
+
+
+def _resolve(
+    policy: KernelPolicy | None, execution: ExecutionPolicy | None, ops: dict[str, Any]
+) -> KernelPolicy | None:
+    if policy is not None and not isinstance(policy, KernelPolicy):
+        raise PolicyError(
+            f"set_kernel_policy() takes a KernelPolicy (or op=kernel keywords), got "
+            f"{type(policy).__name__}; pass an ExecutionPolicy as exec_policy=..."
+        )
+    if execution is not None and not isinstance(execution, ExecutionPolicy):
+        raise PolicyError(f"exec_policy must be an ExecutionPolicy, got {type(execution).__name__}")
+    if policy is not None and ops:
+        raise PolicyError(
+            f"pass either a KernelPolicy or op=kernel keywords, not both (got a policy and "
+            f"{sorted(ops)})"
+        )
+    if ops:
+        return KernelPolicy(**ops)
+    if policy is None and execution is not None:
+        return execution.kernel_policy
+    return policy
+
+
+def _policy_fields(
+    kernel: KernelPolicy | None, execution: ExecutionPolicy | None
+) -> tuple[dict[str, Any], str | None]:
+    if execution is not None:
+        combined = execution.replace(kernel_policy=kernel) if kernel is not None else execution
+        return combined.to_dict(), combined.content_hash()
+    if kernel is not None:
+        return {"kernel_policy": kernel.to_dict()}, kernel.content_hash()
+    return {}, None
+
+
+def _describe_missing(names: list[str]) -> str:
+    return "; ".join(
+        f"{name} is not available in PyTorch {torch_version()} (added in {SWITCHES[name].since})"
+        for name in names
+    )
+
+
+def _verify(setting: PlannedSetting, refused: dict[str, str]) -> SettingRecord:
+    missing = [name for name in setting.writes if not SWITCHES[name].available()]
+    applied = {name: SWITCHES[name].read() for name in setting.writes if SWITCHES[name].available()}
+    honoured = not missing and all(applied[name] == value for name, value in setting.writes.items())
+    note = setting.note
+    if missing:
+        note = f"{note}; {_describe_missing(missing)}"
+    refusals = [refused[name] for name in setting.writes if name in refused]
+    if refusals:
+        note = f"{note}; {'; '.join(refusals)}"
+    elif not honoured and not missing:
+        note = f"{note}; PyTorch reports {applied} after writing {setting.writes}"
+    return SettingRecord(
+        name=setting.name,
+        requested=setting.requested,
+        applied=applied or None,
+        honoured=honoured,
+        note=note,
+    )
+
+
+def _precision_choice(execution: ExecutionPolicy | None, settings: list[SettingRecord]) -> Choice:
+    requested = execution.precision if execution is not None else None
+    honoured = next((s.honoured for s in settings if s.name == "precision"), False)
+    chosen = requested if honoured else None
+    return Choice(requested=requested, chosen=chosen, reason="" if honoured else "not applied")
+
+
+def _training_device() -> str:
+    if not torch.cuda.is_available():
+        return "cpu"
+    # Asking for the current device would initialise CUDA, after which set_allocator()
+    # can no longer swap PyTorch's allocator: name the index only once CUDA is up.
+    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        return f"cuda:{torch.cuda.current_device()}"
+    return "cuda"
+
+
+def _apply(
+    kernel: KernelPolicy | None, execution: ExecutionPolicy | None, baseline: dict[str, Any]
+) -> ExecutionRecord:
+    """Write ``baseline`` + the plan, verify, and build the record; raises before recording."""
+    planned: Plan = plan(kernel, execution)
+    mode: FallbackMode = (execution or ExecutionPolicy()).fallback
+    pinned_unapplicable = [entry for entry in planned.unapplicable if entry.pinned]
+    if pinned_unapplicable:
+        raise UnsupportedOperationError(
+            "pinned kernel cannot run under PyTorch: "
+            + "; ".join(f"{e.name}={e.requested!r}: {e.reason}" for e in pinned_unapplicable)
+            + ". Pin a kernel from the list, or use OpPolicy(mode='prefer') / 'auto'."
+        )
+    target = dict(baseline)
+    for name, value in planned.writes().items():
+        if SWITCHES[name].available():
+            target[name] = value
+    refused = write_changed(target)
+
+    settings = [_verify(setting, refused) for setting in planned.settings]
+    for setting, result in zip(planned.settings, settings, strict=True):
+        if setting.pinned and not result.honoured:
+            raise UnsupportedOperationError(
+                f"pinned {setting.name}={setting.requested!r} was not honoured by PyTorch: "
+                f"{result.note}. Upgrade PyTorch, or use mode='prefer' to accept and record it."
+            )
+    fields, policy_hash = _policy_fields(kernel, execution)
+    environment, environment_hash = _environment()
+    record = ExecutionRecord(
+        kind="training",
+        policy=fields,
+        policy_hash=policy_hash,
+        environment=environment,
+        environment_hash=environment_hash,
+        engine=Choice(requested="pytorch", chosen=f"pytorch {torch_version()}"),
+        device=Choice(
+            requested=execution.device if execution is not None else None,
+            chosen=_training_device(),
+        ),
+        precision=_precision_choice(execution, settings),
+        settings=settings,
+        notes=[PROCESS_GLOBAL_NOTE],
+    )
+    for result in settings:
+        if not result.honoured:
+            record.fallback(
+                what=f"setting {result.name}",
+                requested=str(result.requested),
+                chosen=str(result.applied),
+                reason=result.note,
+                mode=mode,
+            )
+    for entry in planned.unapplicable:
+        record.fallback(
+            what=entry.name,
+            requested=entry.requested,
+            chosen="pytorch default",
+            reason=entry.reason,
+            mode=mode,
+        )
+    return record
+
+
+def _activate(kernel: KernelPolicy | None, execution: ExecutionPolicy | None) -> ExecutionRecord:
+    """Apply under the lock; on any error the switches are put back as they were."""
+    global _state
+    before = read_all()
+    baseline = _state.baseline if _state.baseline is not None else before
+    try:
+        record = _apply(kernel, execution, baseline)
+    except BaseException:
+        write_changed(before)
+        raise
+    _state = _State(kernel_policy=kernel, execution=execution, record=record, baseline=baseline)
+    return record
+
+
+def set_kernel_policy(
+    policy: KernelPolicy | None = None,
+    /,
+    *,
+    exec_policy: ExecutionPolicy | None = None,
+    **ops: Any,
+) -> ExecutionRecord:
+    """Apply a kernel policy (and optionally an execution policy) to PyTorch, process-wide.
+
+    ``set_kernel_policy(KernelPolicy(matmul="cublasLt"))`` or
+    ``set_kernel_policy(matmul="cublasLt", attention="flash_v2")``. ``exec_policy`` adds
+    precision (TF32), determinism, cuDNN benchmark and the fallback mode. With no arguments
+    the policy is cleared. Returns the verified record of what PyTorch now runs with.
+    """
+    kernel = _resolve(policy, exec_policy, ops)
+    if kernel is None and exec_policy is None:
+        clear_kernel_policy()
+        return current_record()
+    with _LOCK:
+        return _activate(kernel, exec_policy)
+
+
+def clear_kernel_policy() -> None:
+    """Drop the policy and put PyTorch's switches back to their values before it."""
+    global _state
+    with _LOCK:
+        if _state.baseline is not None:
+            write_changed(_state.baseline)
+        _state = _State(kernel_policy=None, execution=None, record=_empty_record(), baseline=None)
+
+
+def get_kernel_policy() -> KernelPolicy | None:
+    """The kernel policy in effect (the innermost scope's, or the one set), or None."""
+    return _state.kernel_policy
+
+
+def get_execution_policy() -> ExecutionPolicy | None:
+    """The execution policy in effect, or None when only a kernel policy (or none) is set."""
+    return _state.execution
+
+
+def current_record() -> ExecutionRecord:
+    """The record of the policy in effect; ops add their decisions and fallbacks to it."""
+    return _state.record
+
+
+def fallback_mode() -> FallbackMode:
+    """The fallback mode of the policy in effect (ExecutionPolicy's default when none)."""
+    return (_state.execution or ExecutionPolicy()).fallback
+
+
+def note_decision(
+    op: str, kernel: str, mode: str, reason: str, *, shape: str, dtype: str, device: str
+) -> None:
+    """Record an op's kernel choice once per (op, kernel, shape, dtype, device)."""
+    key = (op, kernel, mode, shape, dtype, device)
+    state = _state
+    if key in state.decided:
+        return
+    with _LOCK:
+        state.decided.add(key)
+        state.record.decisions.append(
+            DecisionRecord(
+                op=op,
+                kernel=kernel,
+                mode=mode,
+                reason=reason,
+                shape=shape,
+                dtype=dtype,
+                device=device,
+            )
+        )
+
+
+def note_fallback(*, what: str, requested: str, chosen: str, reason: str) -> None:
+    """Apply the fallback mode to an op's fallback: raise, or warn/record once per kind."""
+    mode = fallback_mode()
+    key = ("fallback", what, requested, chosen, reason)
+    state = _state
+    if mode != "error" and key in state.decided:
+        return
+    with _LOCK:
+        state.record.fallback(
+            what=what, requested=requested, chosen=chosen, reason=reason, mode=mode
+        )
+        state.decided.add(key)
+
+
+@contextmanager
+def kernel_policy(
+    policy: KernelPolicy | None = None,
+    /,
+    *,
+    exec_policy: ExecutionPolicy | None = None,
+    **ops: Any,
+) -> Iterator[ExecutionRecord]:
+    """Apply a policy for the ``with`` block, then restore what was in effect before.
+
+    Same arguments as :func:`set_kernel_policy`; yields the verified record. The switches
+    are process-global, so the block's policy is visible to other threads while it runs.
+    """
+    global _state
+    kernel = _resolve(policy, exec_policy, ops)
+    with _LOCK:
+        scope = _Scope(saved_state=_state, saved_switches=read_all())
+        if kernel is None and exec_policy is None:
+            if _state.baseline is not None:
+                write_changed(_state.baseline)
+            _state = _State(None, None, _empty_record(), baseline=None)
+            record = _state.record
+        else:
+            record = _activate(kernel, exec_policy)
+        _scopes.append(scope)
+    try:
+        yield record
+    finally:
+        with _LOCK:
+            index = next(i for i, entry in enumerate(_scopes) if entry is scope)
+            if index == len(_scopes) - 1:
+                write_changed(scope.saved_switches)
+                _state = scope.saved_state
+            else:
+                # Left before a scope entered after it: that scope now owns the state to
+                # restore, and the switches keep serving it until it closes.
+                later = _scopes[index + 1]
+                later.saved_state = scope.saved_state
+                later.saved_switches = scope.saved_switches
+            del _scopes[index]

@@ -1,0 +1,73 @@
+"""Kernel attribution from profiler events, on the id collision seen on an H200.
+
+PyTorch 2.11's profiler gave a CUPTI bookkeeping event ("Lazy Function Loading") the same
+correlation id as the ``aten::_flash_attention_forward`` that launched a kernel, and listed
+the kernel under both. The events below reproduce that trace's shape with PyTorch's own
+FunctionEvent class; explain must count the kernel once, for the operator.
+"""
+
+from __future__ import annotations
+
+import pytest
+from torch._C._autograd import DeviceType
+from torch.autograd.profiler_util import FunctionEvent
+
+import xpuruntime.pytorch as xrt_torch
+from xpuruntime.policies import ExecutionPolicy
+from xpuruntime.pytorch.explain import record_from_events
+from xpuruntime.runtime.errors import FallbackError
+
+
+def _event(id: int, name: str, start: float, **extra: object) -> FunctionEvent:
+    return FunctionEvent(
+        id=id,
+        name=name,
+        thread=1,
+        start_us=start,
+        end_us=start + 5.0,
+        fwd_thread=1,
+        input_shapes=[],
+        stack=[],
+        **extra,
+    )
+
+
+def test_colliding_ids_attribute_the_kernel_to_the_operator_once() -> None:
+    sdpa = _event(3080, "aten::_scaled_dot_product_flash_attention", 0.0, activity_type="cpu_op")
+    forward = _event(3083, "aten::_flash_attention_forward", 1.0, activity_type="cpu_op")
+    forward.cpu_parent = sdpa
+    lazy = _event(3083, "Lazy Function Loading", 2.0, activity_type="overhead")
+    kernel = _event(
+        9001,
+        "void pytorch_flash::flash_fwd_kernel<...>",
+        10.0,
+        device_type=DeviceType.CUDA,
+        linked_correlation_id=3083,
+    )
+    launch = _event(3084, "cudaLaunchKernel", 3.0, linked_correlation_id=3083)
+    with xrt_torch.kernel_policy(attention="flash_v2"):
+        record = record_from_events([sdpa, forward, lazy, launch, kernel, kernel])
+    assert len(record.kernels) == 1
+    seen = record.kernels[0]
+    assert (seen.op, seen.library, seen.count) == ("attention", "flash_attention", 1)
+    assert record.nodes[0].name == "aten::_flash_attention_forward"
+    assert record.nodes[0].requested == "flash_v2"
+    assert record.fallbacks == []
+
+
+def test_a_kernel_of_another_backend_than_pinned_goes_through_fallback() -> None:
+    op = _event(7, "aten::_efficient_attention_forward", 0.0, activity_type="cpu_op")
+    kernel = _event(
+        8,
+        "fmha_cutlassF_f16_aligned_64x64_rf_sm80",
+        2.0,
+        device_type=DeviceType.CUDA,
+        linked_correlation_id=7,
+    )
+    with (
+        xrt_torch.kernel_policy(
+            attention="flash_v2", exec_policy=ExecutionPolicy(fallback="error")
+        ),
+        pytest.raises(FallbackError, match="fmha_cutlassF"),
+    ):
+        record_from_events([op, kernel])
