@@ -75,9 +75,13 @@ def _ensure_wheels(session: nox.Session) -> None:
 
 
 def _torch_find_links() -> list[str]:
-    """Where a CPU build of torch lies on these machines (PIP_FIND_LINKS), for uv."""
-    links = os.environ.get("PIP_FIND_LINKS", "")
-    return [arg for link in links.split() for arg in ("--find-links", link)]
+    """Where uv finds a CPU build of torch: PIP_FIND_LINKS where the machine provides one
+    (these machines keep a torch wheel on disk), else PyTorch's CPU index, which uv ranks
+    above PyPI so the multi-GB CUDA build is never pulled in by accident."""
+    links = os.environ.get("PIP_FIND_LINKS", "").split()
+    if links:
+        return [arg for link in links for arg in ("--find-links", link)]
+    return ["--extra-index-url", "https://download.pytorch.org/whl/cpu"]
 
 
 def _install_wheels(session: nox.Session, *specs: str) -> None:
@@ -89,7 +93,8 @@ def _install_wheels(session: nox.Session, *specs: str) -> None:
         wheel = str(_wheel(MEMBERS[key]))
         requirements.append(f"{wheel}[{extra}" if extra else wheel)
     # Members resolve each other from dist/ (they are not on any index).
-    session.install("--find-links", str(DIST), *_torch_find_links(), *requirements, *TEST_DEPS)
+    torch_source = _torch_find_links() if any(s.startswith("torch") for s in specs) else []
+    session.install("--find-links", str(DIST), *torch_source, *requirements, *TEST_DEPS)
 
 
 def _pytest(session: nox.Session, *paths: str) -> None:
@@ -121,7 +126,13 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON, default=True)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the pure-Python distributions."""
-    session.install("mypy>=1.11", "types-PyYAML", "msgspec", "click", "rich", "numpy", "PyYAML")
+    # The backends' own type information matters for strict checking of the engines and the
+    # PyTorch extension, so they are installed here (CPU builds).
+    session.install(*_torch_find_links(), TORCH_CPU)
+    session.install(
+        "mypy>=1.11", "types-PyYAML", "msgspec", "click", "rich", "numpy", "PyYAML", "tomli-w",
+        "onnx", "onnxruntime-qnn", "openvino", "nncf",
+    )  # fmt: skip
     paths = [f"packages/{MEMBERS[m]}/src" for m in PURE_PYTHON]
     paths.append("packages/xpuruntime-core/src/xpuruntime/runtime")
     env = {"MYPYPATH": os.pathsep.join(f"packages/{d}/src" for d in MEMBERS.values())}

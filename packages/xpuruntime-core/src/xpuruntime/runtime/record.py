@@ -180,4 +180,4 @@ def _user_stacklevel() -> int:
 
 def record_json_schema() -> dict[str, Any]:
     """JSON Schema (2020-12) of :class:`ExecutionRecord`."""
-    return msgspec.json.schema(ExecutionRecord)  # type: ignore[no-any-return]
+    return msgspec.json.schema(ExecutionRecord)

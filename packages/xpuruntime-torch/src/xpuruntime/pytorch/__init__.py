@@ -18,10 +18,16 @@ except ImportError as error:
         "xpuruntime.pytorch requires PyTorch. Install with: pip install xpuruntime[torch]"
     ) from error
 
+from importlib.metadata import PackageNotFoundError, version
+
 from xpuruntime.runtime.abi import require_abi
 
+try:
+    __version__ = version("xpuruntime-torch")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0+unknown"
+
 CORE_ABI = 1
-__version__ = "0.1.0"
 require_abi(CORE_ABI, f"xpuruntime-torch {__version__}")
 
 from xpuruntime.pytorch import ops  # noqa: E402
@@ -33,7 +39,12 @@ from xpuruntime.pytorch.allocator import (  # noqa: E402
 )
 from xpuruntime.pytorch.autocast import autocast  # noqa: E402
 from xpuruntime.pytorch.explain import explain  # noqa: E402
-from xpuruntime.pytorch.graphs import CapturedGraph, GraphedStep, capture_graph, graph_step  # noqa: E402
+from xpuruntime.pytorch.graphs import (  # noqa: E402
+    CapturedGraph,
+    GraphedStep,
+    capture_graph,
+    graph_step,
+)
 from xpuruntime.pytorch.policy import (  # noqa: E402
     clear_kernel_policy,
     current_record,
