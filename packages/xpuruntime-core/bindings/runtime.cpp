@@ -32,6 +32,7 @@ void bind_memory(py::module_& m) {
     d["cache_hits"] = s.cache_hits;
     d["live_blocks"] = s.live_blocks;
     d["cached_blocks"] = s.cached_blocks;
+    d["segments"] = s.segments;
     d["fragmentation"] = s.fragmentation;
     d["pinned_reserved"] = s.pinned_reserved;
     d["pinned_allocated"] = s.pinned_allocated;

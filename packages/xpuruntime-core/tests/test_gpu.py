@@ -3,6 +3,8 @@ with torch and CuPy CUDA tensors, cuBLAS/cuBLASLt matmul vs torch.matmul."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 import xpuruntime.ops as ops
@@ -62,6 +64,87 @@ def test_pool_reuse_makes_no_new_driver_allocation() -> None:
     del live
     memory.empty_cache()
     assert memory.stats()["cached"] == 0
+
+
+def test_pool_splits_a_larger_cached_block_without_a_driver_allocation() -> None:
+    memory.empty_cache()
+    stream = rt.Stream()  # blocks of its own: no other test's cached block can be picked
+    big = rt.empty([8 << 20], "uint8", "cuda", stream=stream)  # a 20 MiB segment
+    base = big.data_ptr
+    del big
+    before = memory.stats()
+    head = rt.empty([3 << 20], "uint8", "cuda", stream=stream)
+    tail = rt.empty([5 << 20], "uint8", "cuda", stream=stream)
+    after = memory.stats()
+    assert after["driver_allocations"] == before["driver_allocations"]
+    assert after["reserved"] == before["reserved"]
+    assert head.data_ptr == base
+    assert tail.data_ptr == base + (3 << 20)
+    del head, tail
+    stream.synchronize()
+    memory.empty_cache()
+
+
+def test_pool_coalesces_freed_neighbours_into_one_block() -> None:
+    memory.empty_cache()
+    stream = rt.Stream()
+    quarter = 512 << 10
+    parts = {i: rt.empty([quarter], "uint8", "cuda", stream=stream) for i in range(4)}
+    base = parts[0].data_ptr
+    assert [parts[i].data_ptr for i in range(4)] == [base + i * quarter for i in range(4)]
+    start = memory.stats()
+    cached_blocks = []
+    for i in (1, 3, 0, 2):
+        del parts[i]
+        cached_blocks.append(memory.stats()["cached_blocks"] - start["cached_blocks"])
+    assert cached_blocks == [1, 2, 2, 1]  # 0 merges with 1; 2 joins both sides
+    assert memory.stats()["cached"] - start["cached"] == 4 * quarter
+    whole = rt.empty([1 << 20], "uint8", "cuda", stream=stream)
+    assert whole.data_ptr == base
+    assert memory.stats()["driver_allocations"] == start["driver_allocations"]
+    del whole
+    reserved = memory.stats()["reserved"]
+    memory.empty_cache()  # the segment is whole and free again: it goes back to the driver
+    assert memory.stats()["reserved"] <= reserved - 4 * quarter
+
+
+def _training_like_loop(alloc: Callable[[int], object], steps: int = 24) -> None:
+    """Activations that grow and shrink with a batch size changing every step."""
+    batches = [256, 512, 384, 128, 512, 256, 448, 320]
+    for step in range(steps):
+        b = batches[step % len(batches)]
+        live: list[object] = []
+        for _ in range(4):
+            live += [alloc(b * 1024 * 4), alloc(b * 4096 * 4), alloc(b * 4096 * 4)]
+        while live:
+            live.pop()
+
+
+def test_varying_size_loop_reserves_at_most_torch_plus_10_percent(torch) -> None:  # type: ignore[no-untyped-def]
+    stream = rt.Stream()
+    memory.empty_cache()
+    memory.reset_peak_stats()
+    base = memory.stats()
+    _training_like_loop(lambda n: rt.empty([n], "uint8", "cuda", stream=stream))
+    after = memory.stats()
+    xrt_reserved = after["peak_reserved"] - base["reserved"]
+    xrt_allocated = after["peak"] - base["allocated"]
+
+    torch_stream = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    torch_base = torch.cuda.memory_reserved()
+    with torch.cuda.stream(torch_stream):
+        _training_like_loop(lambda n: torch.empty(n, dtype=torch.uint8, device="cuda"))
+    torch_reserved = torch.cuda.max_memory_reserved() - torch_base
+
+    assert xrt_allocated > 0
+    assert torch_reserved > 0
+    assert xrt_reserved <= 1.25 * xrt_allocated, (xrt_reserved, xrt_allocated)
+    assert xrt_reserved <= 1.1 * torch_reserved, (xrt_reserved, torch_reserved)
+    stream.synchronize()
+    memory.empty_cache()
 
 
 def test_oom_message_has_requested_and_free_bytes() -> None:

@@ -16,10 +16,13 @@ def test_stats_have_the_documented_keys() -> None:
     assert 0.0 <= stats["fragmentation"] <= 1.0
 
 
-def test_size_classes() -> None:
+def test_size_classes_are_512_byte_multiples() -> None:
     assert memory.size_class(1) == 512
     assert memory.size_class(1000) == 1024
     assert memory.size_class(5000) == 5120
+    # No coarser classes for large requests: best fit with splitting takes the rest back.
+    assert memory.size_class((8 << 20) + 1) == (8 << 20) + 512
+    assert memory.size_class(123_456_789) == 123_457_024
 
 
 def test_pluggable_allocator_library_exports_the_symbols() -> None:

@@ -40,7 +40,8 @@ def stats() -> dict[str, int | float]:
 
     allocated/reserved/peak (bytes), cached (bytes in free lists), driver_allocations and
     driver_frees (cudaMalloc/cudaFree calls), allocations and cache_hits, live_blocks,
-    cached_blocks, fragmentation (share of reserved bytes not holding requested data,
+    cached_blocks, segments (driver allocations currently held, each split into blocks
+    best-fit), fragmentation (share of reserved bytes not holding requested data,
     0..1), pinned_reserved and pinned_allocated.
     """
     return dict(core().memory_stats())
