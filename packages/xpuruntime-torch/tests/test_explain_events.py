@@ -18,8 +18,10 @@ from xpuruntime.pytorch.explain import record_from_events
 from xpuruntime.runtime.errors import FallbackError
 
 
-def _event(id: int, name: str, start: float, **extra: object) -> FunctionEvent:
-    return FunctionEvent(
+def _event(
+    id: int, name: str, start: float, *, activity_type: str | None = None, **extra: object
+) -> FunctionEvent:
+    event = FunctionEvent(
         id=id,
         name=name,
         thread=1,
@@ -30,6 +32,11 @@ def _event(id: int, name: str, start: float, **extra: object) -> FunctionEvent:
         stack=[],
         **extra,
     )
+    if activity_type is not None:
+        # A constructor argument only in newer PyTorch (2.13 has it, 2.11 does not); explain
+        # reads the attribute, so set it directly to build the same trace on both.
+        event.activity_type = activity_type
+    return event
 
 
 def test_colliding_ids_attribute_the_kernel_to_the_operator_once() -> None:
