@@ -27,7 +27,8 @@ from xpuruntime.policies import ExecutionPolicy
 from xpuruntime.runtime.record import ExecutionRecord
 
 _spec = importlib.util.spec_from_file_location(
-    "npu_test_models", Path(__file__).parents[1] / "packages" / "xpuruntime-npu" / "tests" / "conftest.py"
+    "npu_test_models",
+    Path(__file__).parents[1] / "packages" / "xpuruntime-npu" / "tests" / "conftest.py",
 )
 assert _spec is not None
 assert _spec.loader is not None
