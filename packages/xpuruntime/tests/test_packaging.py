@@ -159,3 +159,17 @@ def test_namespace_across_editable_members(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert int(result.stdout) >= 2
+
+
+def test_readme_main_command_in_the_editable_workspace(tmp_path: Path) -> None:
+    # The README's main job, `uv run --package xpuruntime --extra cpu xpuruntime demo`, in the
+    # uv workspace itself (members editable, the native core built into the environment).
+    env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(tmp_path / "workspace-venv")}
+    env.pop("VIRTUAL_ENV", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "uv", "run", "--locked", "--quiet", "--package", "xpuruntime",
+         "--extra", "cpu", "xpuruntime", "demo"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "CPUExecutionProvider" in result.stdout
