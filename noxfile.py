@@ -41,7 +41,7 @@ MEMBERS = {
 }
 PURE_PYTHON = ["policies", "inference", "npu", "torch", "xpuruntime"]
 TORCH_CPU = "torch==2.13.0"
-TEST_DEPS = ["pytest>=8.3", "hypothesis>=6.100", "onnx>=1.16", "numpy>=1.24"]
+TEST_DEPS = ["pytest>=8.3", "hypothesis>=6.100", "onnx>=1.16", "numpy>=1.24", "jsonschema>=4"]
 
 
 def _pyproject(dist: str) -> dict:

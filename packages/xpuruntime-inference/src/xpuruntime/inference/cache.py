@@ -71,6 +71,14 @@ class CacheLookup:
     hit: bool
     explanation: str
 
+    def commit(self) -> None:
+        """Mark the entry complete once its payload files are written (key file last, so a
+        crashed writer leaves no entry that looks valid)."""
+        self.entry.mkdir(parents=True, exist_ok=True)
+        tmp = self.entry / f".{KEY_FILE}.{os.getpid()}"
+        tmp.write_bytes(msgspec.json.encode(self.key))
+        tmp.replace(self.entry / KEY_FILE)
+
     def as_record(self) -> dict[str, Any]:
         """What goes into ``ExecutionRecord.cache[kind]``."""
         return {
@@ -94,13 +102,6 @@ class ContentCache:
         if (entry / KEY_FILE).is_file():
             return CacheLookup(key, entry, True, "hit: every key component matches")
         return CacheLookup(key, entry, False, self._explain_miss(key))
-
-    def commit(self, lookup: CacheLookup) -> None:
-        """Mark an entry complete once its payload files are written (key file last)."""
-        lookup.entry.mkdir(parents=True, exist_ok=True)
-        tmp = lookup.entry / f".{KEY_FILE}.{os.getpid()}"
-        tmp.write_bytes(msgspec.json.encode(lookup.key))
-        tmp.replace(lookup.entry / KEY_FILE)
 
     def _explain_miss(self, key: CacheKey) -> str:
         stored = list(self._stored_keys())

@@ -47,9 +47,9 @@ def parse_device(text: str) -> DeviceSpec:
 
 def cuda_device_count() -> int:
     """CUDA devices the core sees (0 without a CUDA build, a driver or a GPU)."""
-    import xpuruntime.runtime as rt
+    from xpuruntime.runtime.device import cuda_available, get_device_count
 
-    return int(rt.get_device_count()) if rt.cuda_available() else 0
+    return int(get_device_count()) if cuda_available() else 0
 
 
 def resolve_device(text: str) -> tuple[DeviceSpec, str]:

@@ -59,7 +59,7 @@ def dtype_name(x: Any) -> str:
         return onnx_type_to_numpy_name(str(data_type()))
     dtype = getattr(x, "dtype", None)
     if dtype is None:
-        return np.asarray(x).dtype.name
+        return str(np.asarray(x).dtype.name)
     name = getattr(dtype, "name", None)
     if isinstance(name, str):
         return name

@@ -57,6 +57,11 @@ class FeedValidator:
                 seen[symbol] = seen.get(symbol, 0) + 1
         self._shared_symbols = frozenset(s for s, n in seen.items() if n > 1)
 
+    @property
+    def has_shared_dimensions(self) -> bool:
+        """Whether some symbolic dimension appears in more than one input."""
+        return bool(self._shared_symbols)
+
     def model_inputs(self) -> str:
         return "; ".join(describe_tensor(e.info) for e in self._expected.values())
 
@@ -66,8 +71,16 @@ class FeedValidator:
         bound: dict[str, tuple[str, int]] = {}
         for name, x in feeds.items():
             exp = self._expected[name]
-            self._check_dtype(exp, x)
-            shape = x.shape if isinstance(x, np.ndarray) else shape_of(x)
+            if type(x) is np.ndarray and exp.numpy_dtype is not None:
+                # The common case, inlined: this runs on every call.
+                if x.dtype is not exp.numpy_dtype and x.dtype != exp.numpy_dtype:
+                    self._raise_dtype(exp, x.dtype.name)
+                shape: Sequence[int] = x.shape
+            else:
+                got = dtype_name(x)
+                if got != exp.dtype:
+                    self._raise_dtype(exp, got)
+                shape = shape_of(x)
             if len(shape) != exp.rank:
                 raise InputShapeError(
                     f"input {name!r} expects rank {exp.rank} ({describe_tensor(exp.info)}), "
@@ -82,15 +95,8 @@ class FeedValidator:
             if self._shared_symbols:
                 self._check_symbols(exp, shape, bound)
 
-    def _check_dtype(self, exp: _Expected, x: Any) -> None:
-        if exp.numpy_dtype is not None and isinstance(x, np.ndarray):
-            if x.dtype == exp.numpy_dtype:
-                return
-            got = x.dtype.name
-        else:
-            got = dtype_name(x)
-            if got == exp.dtype:
-                return
+    @staticmethod
+    def _raise_dtype(exp: _Expected, got: str) -> None:
         raise InputDtypeError(
             f"input {exp.info.name!r} expects dtype {exp.dtype}, got {got}; nothing is cast "
             f"implicitly: convert it first (for numpy: x.astype({exp.dtype!r}))"
@@ -113,11 +119,7 @@ class FeedValidator:
     def _raise_names(self, feeds: Mapping[str, Any]) -> None:
         unknown = [n for n in feeds if n not in self._names]
         missing = sorted(self._names - set(feeds))
-        parts = [
-            f"unknown input {n!r}{did_you_mean(n, self._names - set(feeds))}" for n in unknown
-        ]
+        parts = [f"unknown input {n!r}{did_you_mean(n, self._names - set(feeds))}" for n in unknown]
         if missing:
             parts.append(f"missing input(s) {', '.join(repr(n) for n in missing)}")
-        raise InputNameError(
-            f"{'; '.join(parts)}. The model's inputs are: {self.model_inputs()}"
-        )
+        raise InputNameError(f"{'; '.join(parts)}. The model's inputs are: {self.model_inputs()}")

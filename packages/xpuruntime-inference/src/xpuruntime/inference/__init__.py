@@ -1,0 +1,56 @@
+"""xpuruntime.inference: run ONNX models on ONNX Runtime (CPU, CUDA) or TensorRT under an
+explicit policy, and get an execution record of what ran.
+
+    from xpuruntime.inference import InferenceSession
+    sess = InferenceSession("model.onnx", device="cuda:0", engine="onnxruntime")
+    out = sess.run({"input": x})
+    print(sess.explain())
+
+Importing this package imports neither onnxruntime nor tensorrt; engines load their backend
+when a session is created.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from xpuruntime.runtime.abi import require_abi
+
+try:
+    __version__ = version("xpuruntime-inference")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0+unknown"
+
+#: The native core ABI this package was written against.
+CORE_ABI = 1
+require_abi(CORE_ABI, f"xpuruntime-inference {__version__}")
+
+from xpuruntime.inference.cache import CacheKey, CacheLookup, ContentCache  # noqa: E402
+from xpuruntime.inference.errors import (  # noqa: E402
+    DeviceNotFoundError,
+    EngineRunError,
+    InputDtypeError,
+    InputError,
+    InputNameError,
+    InputShapeError,
+    InvalidModelError,
+    ModelNotFoundError,
+)
+from xpuruntime.inference.session import InferenceSession  # noqa: E402
+
+__all__ = [
+    "CORE_ABI",
+    "CacheKey",
+    "CacheLookup",
+    "ContentCache",
+    "DeviceNotFoundError",
+    "EngineRunError",
+    "InferenceSession",
+    "InputDtypeError",
+    "InputError",
+    "InputNameError",
+    "InputShapeError",
+    "InvalidModelError",
+    "ModelNotFoundError",
+    "__version__",
+]

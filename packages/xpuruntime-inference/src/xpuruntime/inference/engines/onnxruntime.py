@@ -1,0 +1,356 @@
+"""The ``onnxruntime`` engine: ONNX Runtime's CPU and CUDA execution providers.
+
+``import onnxruntime`` happens inside methods only (listing engines stays cheap).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from xpuruntime.inference.device import cuda_device_count, parse_device
+from xpuruntime.inference.engines.ort_options import (
+    CPU_EP,
+    CUDA_EP,
+    build_config,
+    free_dimension_overrides,
+)
+from xpuruntime.inference.engines.ort_placement import (
+    assigned_nodes,
+    name_nodes,
+    record_placement,
+)
+from xpuruntime.inference.engines.ort_session import OnnxRuntimeSession
+from xpuruntime.inference.errors import InvalidModelError
+from xpuruntime.inference.kernel_mapping import KernelSupport, apply_kernel_policy
+from xpuruntime.inference.model_info import ModelInfo, read_model_info
+from xpuruntime.inference.precision import apply_precision
+from xpuruntime.inference.settings import add_setting
+from xpuruntime.runtime.engines import Availability, Engine
+from xpuruntime.runtime.errors import FallbackError, UnsupportedOperationError
+from xpuruntime.runtime.record import Choice, ExecutionRecord
+
+if TYPE_CHECKING:
+    from xpuruntime.policies import ExecutionPolicy, KernelPolicy
+
+# Bits of the CUDA EP's ``sdpa_kernel`` option (contrib attention ops' backend mask).
+_SDPA_KERNELS = {"flash_v2": 1, "efficient": 2, "cudnn": 8, "math": 16}
+
+
+def kernel_support(provider: str) -> Any:
+    """What ONNX Runtime can do with a KernelPolicy entry on ``provider``."""
+
+    def support(op: str, kernel: str) -> KernelSupport | None:
+        if provider == CPU_EP:
+            if kernel == "cpu":
+                return KernelSupport(True, note="the CPU execution provider runs its own kernels")
+            if op == "attention" and kernel == "math":
+                return KernelSupport(True, note="the CPU execution provider's attention is unfused")
+            return None
+        if op == "matmul" and kernel == "cublas":
+            return KernelSupport(True, note="the CUDA EP runs MatMul/Gemm through cuBLAS")
+        if op == "matmul" and kernel == "cublasLt":
+            return KernelSupport(
+                False,
+                note="the CUDA EP calls cuBLAS; cuBLASLt only for some "
+                "fp8/int8 contrib ops, with no option to require it",
+            )
+        if op == "conv" and kernel == "cudnn":
+            return KernelSupport(True, note="the CUDA EP runs Conv through cuDNN")
+        if op == "attention" and kernel in _SDPA_KERNELS:
+            return KernelSupport(
+                True,
+                "sdpa_kernel",
+                _SDPA_KERNELS[kernel],
+                "the CUDA EP's attention ops use only this backend",
+            )
+        return None
+
+    return support
+
+
+class OnnxRuntimeEngine(Engine):
+    """ONNX Runtime with the CPU execution provider, and the CUDA one where installed."""
+
+    name: ClassVar[str] = "onnxruntime"
+    aliases: ClassVar[tuple[str, ...]] = ("onnxrt", "ort")
+    install_hint: ClassVar[str] = (
+        "pip install 'xpuruntime[cpu]' (or 'xpuruntime[cuda]' for the CUDA execution provider)"
+    )
+
+    @classmethod
+    def availability(cls) -> Availability:
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:
+            return Availability(False, f"onnxruntime is not importable ({exc})", cls.install_hint)
+        providers = ort.get_available_providers()
+        devices = ["cpu"]
+        reason = ""
+        if CUDA_EP in providers:
+            count = cuda_device_count()
+            devices += [f"cuda:{i}" for i in range(count)]
+            if not count:
+                reason = "the CUDA execution provider is installed but no CUDA device is visible"
+        else:
+            reason = "no CUDA execution provider (CPU build of onnxruntime)"
+        return Availability(
+            True,
+            reason,
+            cls.install_hint,
+            tuple(devices),
+            {"onnxruntime": ort.__version__, "providers": ",".join(providers)},
+        )
+
+    def create_session(
+        self,
+        model: Path,
+        *,
+        device: str,
+        exec_policy: ExecutionPolicy,
+        kernel_policy: KernelPolicy | None,
+        record: ExecutionRecord,
+    ) -> OnnxRuntimeSession:
+        import onnxruntime as ort
+
+        model = _pick_model(model, exec_policy, record)
+        info = read_model_info(model)
+        provider, device_index = _choose_provider(device, exec_policy, record)
+        precision = apply_precision(
+            exec_policy,
+            info,
+            engine="onnxruntime",
+            record=record,
+            supported={"fp32", "tf32"} if provider == CUDA_EP else {"fp32"},
+        )
+        kernel_options = apply_kernel_policy(
+            kernel_policy,
+            engine="onnxruntime",
+            device=(record.device.chosen if record.device else None) or device,
+            op_types=info.op_types,
+            support=kernel_support(provider),
+            record=record,
+            fallback=exec_policy.fallback,
+        )
+        _record_static_shape(exec_policy, info, record)
+        stream = _core_stream(device_index) if provider == CUDA_EP else None
+        stream_handle = None if stream is None else int(stream.handle)
+        config = build_config(
+            exec_policy,
+            provider=provider,
+            device_index=device_index,
+            record=record,
+            engine_options=exec_policy.engine_options.get("onnxruntime", {}),
+            kernel_options=kernel_options,
+            free_dims=free_dimension_overrides(exec_policy.input_shapes, info.inputs),
+            stream_handle=stream_handle,
+        )
+        cached = _optimized_model_cache(model, exec_policy, provider, config, record)
+        load_path = cached.entry / "model.onnx" if cached is not None and cached.hit else model
+        session = _create(ort, load_path, config, provider)
+        if cached is not None and not cached.hit:
+            cached.commit()  # ONNX Runtime wrote the optimized model while creating the session
+        if provider == CUDA_EP and CUDA_EP not in session.get_providers():
+            record.fallback(
+                what="execution provider",
+                requested=CUDA_EP,
+                chosen=CPU_EP,
+                reason="ONNX Runtime could not initialise the CUDA execution provider (are the "
+                "CUDA/cuDNN libraries loadable? `import torch` first, or call "
+                "onnxruntime.preload_dlls())",
+                mode=exec_policy.fallback,
+            )
+            provider = CPU_EP
+        nodes = assigned_nodes(session)
+        if nodes is None:
+            add_setting(
+                record,
+                "node_assignment",
+                True,
+                None,
+                False,
+                f"onnxruntime {ort.__version__} cannot report node placement (needs >= 1.22)",
+            )
+        else:
+            record_placement(
+                record, nodes, requested=provider, precision=precision, mode=exec_policy.fallback
+            )
+            _fill_node_precision(record, info)
+        return OnnxRuntimeSession(
+            session,
+            provider=provider,
+            device_index=device_index,
+            profile_dir=config.profile_dir,
+            keep_alive=[stream, config],
+            stream_handle=stream_handle,
+        )
+
+
+def _pick_model(model: Path, policy: ExecutionPolicy, record: ExecutionRecord) -> Path:
+    """The quantized model the policy names, when it asks for int8 and gives one."""
+    if policy.precision != "int8" or not policy.quantized_model:
+        return model
+    quantized = Path(policy.quantized_model).expanduser()
+    if not quantized.is_file():
+        from xpuruntime.inference.errors import ModelNotFoundError
+
+        raise ModelNotFoundError(
+            f"ExecutionPolicy.quantized_model {str(quantized)!r} does not exist; quantize the "
+            f"model first (onnxruntime.quantization.quantize_static) or remove the setting"
+        )
+    add_setting(
+        record,
+        "quantized_model",
+        str(quantized),
+        str(quantized),
+        True,
+        "runs the quantized model instead of the fp32 one",
+    )
+    return quantized
+
+
+def _choose_provider(
+    device: str, policy: ExecutionPolicy, record: ExecutionRecord
+) -> tuple[str, int]:
+    """The execution provider for ``device``; a missing one goes through the fallback mode."""
+    import onnxruntime as ort
+
+    spec = parse_device(device)
+    if spec.kind == "cpu":
+        return CPU_EP, 0
+    if spec.kind == "npu":
+        reason = (
+            "ONNX Runtime's NPU providers are engines of xpuruntime-npu: use "
+            "engine='openvino' or engine='qnn' (pip install 'xpuruntime[openvino]')"
+        )
+        wanted = "NPU execution provider"
+    elif CUDA_EP not in ort.get_available_providers():
+        reason = (
+            f"onnxruntime {ort.__version__} here has no CUDA execution provider "
+            f"(available: {', '.join(ort.get_available_providers())}); install the CUDA "
+            f"build: pip install 'xpuruntime[cuda]'"
+        )
+        wanted = CUDA_EP
+    elif cuda_device_count() == 0:
+        reason = "no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES hides it)"
+        wanted = CUDA_EP
+    else:
+        return CUDA_EP, spec.ordinal
+    record.fallback(
+        what=f"device {spec}", requested=wanted, chosen=CPU_EP, reason=reason, mode=policy.fallback
+    )
+    record.device = Choice(device, "cpu", reason)
+    return CPU_EP, 0
+
+
+def _core_stream(device_index: int) -> Any:
+    """A stream of the core's, handed to the CUDA EP as its compute stream."""
+    from xpuruntime.runtime.streams import Stream
+
+    return Stream(device=device_index)
+
+
+def _record_static_shape(policy: ExecutionPolicy, info: ModelInfo, record: ExecutionRecord) -> None:
+    if not policy.static_shape:
+        return
+    symbolic = sorted({d for dims in info.inputs.values() for d in dims if isinstance(d, str)})
+    fixed = set()
+    for name, shape in (policy.input_shapes or {}).items():
+        fixed |= {
+            d for d, _ in zip(info.inputs.get(name, ()), shape, strict=False) if isinstance(d, str)
+        }
+    left = [s for s in symbolic if s not in fixed]
+    add_setting(
+        record,
+        "static_shape",
+        True,
+        "fixed by input_shapes" if not left else None,
+        not left,
+        ""
+        if not left
+        else f"symbolic dimensions {left} stay dynamic: give "
+        f"ExecutionPolicy.input_shapes for every input",
+    )
+
+
+def _optimized_model_cache(
+    model: Path, policy: ExecutionPolicy, provider: str, config: Any, record: ExecutionRecord
+) -> Any:
+    """Reuse ONNX Runtime's optimized graph across processes, keyed by content."""
+    if not policy.cache_dir:
+        return None
+    import onnxruntime as ort
+
+    from xpuruntime.inference.cache import CacheKey, ContentCache, file_digest, stable_digest
+    from xpuruntime.runtime.fingerprint import fingerprint_hash
+
+    key = CacheKey(
+        "onnxruntime-optimized-model",
+        {
+            "model": file_digest(model),
+            "policy": policy.content_hash(),
+            "shapes": stable_digest(policy.input_shapes or {}),
+            "environment": record.environment_hash or fingerprint_hash(),
+            "engine": f"onnxruntime {ort.__version__} {provider}",
+        },
+    )
+    lookup = ContentCache(Path(policy.cache_dir), key.kind).lookup(key)
+    record.cache[key.kind] = lookup.as_record()
+    if lookup.hit:
+        # The cached graph is already optimized for this key; optimizing again only costs time.
+        config.options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    else:
+        lookup.entry.mkdir(parents=True, exist_ok=True)
+        config.options.optimized_model_filepath = str(lookup.entry / "model.onnx")
+    return lookup
+
+
+def _create(ort: Any, path: Path, config: Any, provider: str) -> Any:
+    names = [p for p, _ in config.providers]
+    options = [o for _, o in config.providers]
+    try:
+        return ort.InferenceSession(
+            str(path), sess_options=config.options, providers=names, provider_options=options
+        )
+    except Exception as exc:
+        message = str(exc)
+        if "fallback to CPU EP has been explicitly disabled" in message or (
+            "disable_cpu_ep_fallback" in message
+        ):
+            raise FallbackError(_strict_refusal(ort, path, config, provider, message)) from exc
+        if type(exc).__name__ == "NotImplemented":
+            raise UnsupportedOperationError(
+                f"ONNX Runtime {ort.__version__} has no kernel for a node of {path}: {message}"
+            ) from exc
+        raise InvalidModelError(
+            f"ONNX Runtime {ort.__version__} cannot load {path}: {message}"
+        ) from exc
+
+
+def _strict_refusal(ort: Any, path: Path, config: Any, provider: str, message: str) -> str:
+    """Name the nodes ONNX Runtime would have put on the CPU (a placement-only session)."""
+    probe = ort.SessionOptions()
+    probe.graph_optimization_level = config.options.graph_optimization_level
+    probe.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    try:
+        session = ort.InferenceSession(
+            str(path),
+            sess_options=probe,
+            providers=[p for p, _ in config.providers],
+            provider_options=[o for _, o in config.providers],
+        )
+        nodes = [n for n in assigned_nodes(session) or [] if n.provider != provider]
+        which = name_nodes(nodes) if nodes else "(ONNX Runtime did not say which)"
+    except Exception as exc:  # the probe is best effort: the refusal is raised regardless
+        which = f"(could not list them: {exc})"
+    return (
+        f"nodes {which} would run on {CPU_EP} instead of {provider}: {provider} has no "
+        f"kernel for them or declined them. ONNX Runtime: {message}. The policy says "
+        f"fallback='error'; set ExecutionPolicy(fallback='warn') or 'allow' to run them on "
+        f"the CPU and record it"
+    )
+
+
+def _fill_node_precision(record: ExecutionRecord, info: ModelInfo) -> None:
+    for node in record.nodes:
+        node.precision = info.node_precision(node.name) or node.precision

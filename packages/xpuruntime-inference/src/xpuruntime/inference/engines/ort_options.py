@@ -1,0 +1,302 @@
+"""ExecutionPolicy -> ONNX Runtime SessionOptions and provider options.
+
+Every policy field that has an ONNX Runtime counterpart is mapped here, and each mapping is
+written to ``record.settings`` with whether ONNX Runtime honours it on the chosen execution
+provider. Fields that ONNX Runtime has no knob for are recorded as not honoured, with why.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from xpuruntime.inference.settings import add_setting
+from xpuruntime.policies.errors import PolicyError
+from xpuruntime.runtime.record import ExecutionRecord
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
+
+    from xpuruntime.policies import ExecutionPolicy
+
+CPU_EP = "CPUExecutionProvider"
+CUDA_EP = "CUDAExecutionProvider"
+
+_OPT_LEVELS = {
+    "disabled": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
+
+# CUDA EP provider options users may pass through engine_options["onnxruntime"].
+CUDA_PROVIDER_OPTIONS = frozenset(
+    {
+        "arena_extend_strategy",
+        "cudnn_conv_algo_search",
+        "cudnn_conv_use_max_workspace",
+        "cudnn_conv1d_pad_to_nc1d",
+        "do_copy_in_default_stream",
+        "enable_cuda_graph",
+        "enable_skip_layer_norm_strict_mode",
+        "gpu_mem_limit",
+        "prefer_nhwc",
+        "sdpa_kernel",
+        "tunable_op_enable",
+        "tunable_op_tuning_enable",
+        "use_tf32",
+        "fuse_conv_bias",
+    }
+)
+
+
+@dataclass
+class OrtConfig:
+    """What an ONNX Runtime session is created with."""
+
+    options: ort.SessionOptions
+    providers: list[tuple[str, dict[str, str]]]
+    profile_dir: str | None = None
+    keep_alive: list[Any] = field(default_factory=list)
+
+
+def build_config(
+    policy: ExecutionPolicy,
+    *,
+    provider: str,
+    device_index: int,
+    record: ExecutionRecord,
+    engine_options: Mapping[str, Any],
+    kernel_options: Mapping[str, Any],
+    free_dims: Mapping[str, int],
+    stream_handle: int | None,
+) -> OrtConfig:
+    """SessionOptions and providers for ``provider`` under ``policy``; fills ``record.settings``."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    on_cuda = provider == CUDA_EP
+    cuda: dict[str, Any] = {"device_id": device_index} if on_cuda else {}
+
+    level = _OPT_LEVELS[policy.graph_optimization]
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    add_setting(record, "graph_optimization", policy.graph_optimization, level, True)
+
+    if policy.num_threads is not None:
+        so.intra_op_num_threads = policy.num_threads
+        add_setting(
+            record,
+            "num_threads",
+            policy.num_threads,
+            f"intra_op_num_threads={policy.num_threads}",
+            True,
+        )
+
+    parallel = policy.performance_hint == "throughput"
+    so.execution_mode = (
+        ort.ExecutionMode.ORT_PARALLEL if parallel else ort.ExecutionMode.ORT_SEQUENTIAL
+    )
+    add_setting(
+        record,
+        "performance_hint",
+        policy.performance_hint,
+        "execution_mode=ORT_PARALLEL" if parallel else "execution_mode=ORT_SEQUENTIAL",
+        True,
+        "independent graph branches run in parallel" if parallel else "nodes run in order",
+    )
+
+    so.use_deterministic_compute = policy.deterministic
+    add_setting(
+        record,
+        "deterministic",
+        policy.deterministic,
+        f"use_deterministic_compute={policy.deterministic}",
+        True,
+    )
+    if on_cuda:
+        # EXHAUSTIVE benchmarks cuDNN algorithms per shape and may pick differently per run.
+        cuda["cudnn_conv_algo_search"] = "DEFAULT" if policy.deterministic else "EXHAUSTIVE"
+        add_setting(
+            record,
+            "cudnn_conv_algo_search",
+            "deterministic" if policy.deterministic else "fastest",
+            cuda["cudnn_conv_algo_search"],
+            True,
+        )
+        cuda["use_tf32"] = 1 if policy.precision == "tf32" else 0
+        add_setting(
+            record,
+            "precision.tf32",
+            policy.precision,
+            f"use_tf32={cuda['use_tf32']}",
+            True,
+            "TF32 tensor-core math only when precision='tf32'",
+        )
+
+    so.enable_cpu_mem_arena = policy.memory.pool
+    add_setting(
+        record,
+        "memory.pool",
+        policy.memory.pool,
+        f"enable_cpu_mem_arena={policy.memory.pool}",
+        True,
+    )
+    if policy.memory.limit_bytes is not None:
+        if on_cuda:
+            cuda["gpu_mem_limit"] = policy.memory.limit_bytes
+            add_setting(
+                record,
+                "memory.limit_bytes",
+                policy.memory.limit_bytes,
+                f"gpu_mem_limit={policy.memory.limit_bytes}",
+                True,
+            )
+        else:
+            add_setting(
+                record,
+                "memory.limit_bytes",
+                policy.memory.limit_bytes,
+                None,
+                False,
+                "the CPU execution provider has no memory limit option",
+            )
+
+    if on_cuda:
+        cuda["enable_cuda_graph"] = int(policy.cuda_graphs)
+        add_setting(
+            record,
+            "cuda_graphs",
+            policy.cuda_graphs,
+            f"enable_cuda_graph={int(policy.cuda_graphs)}",
+            True,
+            "replays need inputs bound at fixed device addresses (I/O binding)",
+        )
+    elif policy.cuda_graphs:
+        add_setting(record, "cuda_graphs", True, None, False, f"{provider} has no CUDA graphs")
+
+    if on_cuda and stream_handle is not None:
+        cuda["has_user_compute_stream"] = 1
+        cuda["user_compute_stream"] = str(stream_handle)
+        add_setting(
+            record,
+            "compute_stream",
+            "xpuruntime core stream",
+            f"user_compute_stream={stream_handle:#x}",
+            True,
+        )
+
+    for name, value in free_dims.items():
+        so.add_free_dimension_override_by_name(name, int(value))
+    if free_dims:
+        add_setting(
+            record,
+            "input_shapes",
+            dict(free_dims),
+            {k: int(v) for k, v in free_dims.items()},
+            True,
+            "symbolic dimensions fixed with add_free_dimension_override_by_name",
+        )
+
+    profile_dir = None
+    if policy.profiling:
+        profile_dir = tempfile.mkdtemp(prefix="xpuruntime-ort-profile-")
+        so.enable_profiling = True
+        so.profile_file_prefix = f"{profile_dir}/onnxruntime"
+        add_setting(record, "profiling", True, "enable_profiling=True", True)
+
+    # Node placement: recorded always, enforced by ONNX Runtime itself under fallback="error".
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    if policy.fallback == "error" and provider != CPU_EP:
+        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        add_setting(
+            record,
+            "fallback",
+            "error",
+            "session.disable_cpu_ep_fallback=1",
+            True,
+            "ONNX Runtime refuses to place any node on the CPU execution provider",
+        )
+
+    if on_cuda:
+        cuda.update(kernel_options)  # recorded by the kernel policy mapping
+    _apply_engine_options(record, so, cuda, engine_options, on_cuda)
+
+    providers: list[tuple[str, dict[str, str]]] = []
+    if on_cuda:
+        providers.append((CUDA_EP, {k: str(v) for k, v in cuda.items()}))
+    providers.append((CPU_EP, {}))
+    return OrtConfig(so, providers, profile_dir)
+
+
+def _apply_engine_options(
+    record: ExecutionRecord,
+    so: ort.SessionOptions,
+    cuda: dict[str, Any],
+    extra: Mapping[str, Any],
+    on_cuda: bool,
+) -> None:
+    """``engine_options["onnxruntime"]``: session config keys and CUDA provider options."""
+    for key, value in extra.items():
+        name = f"engine_options.onnxruntime.{key}"
+        if key.startswith(("session.", "optimization.", "mlas.", "ep.")):
+            so.add_session_config_entry(key, str(value))
+            add_setting(record, name, value, f"session config {key}={value}", True)
+        elif key in CUDA_PROVIDER_OPTIONS:
+            if on_cuda:
+                cuda[key] = value
+            add_setting(
+                record,
+                name,
+                value,
+                f"{key}={value}" if on_cuda else None,
+                on_cuda,
+                "" if on_cuda else "a CUDA execution provider option; the session is not on CUDA",
+            )
+        else:
+            raise PolicyError(
+                f"unknown onnxruntime engine option {key!r}: use a session config key "
+                f"('session.*', 'optimization.*', 'mlas.*') or a CUDA provider option "
+                f"({', '.join(sorted(CUDA_PROVIDER_OPTIONS))})"
+            )
+
+
+def free_dimension_overrides(
+    input_shapes: Mapping[str, Sequence[int]] | None,
+    declared: Mapping[str, Sequence[int | str | None]],
+) -> dict[str, int]:
+    """Map ``ExecutionPolicy.input_shapes`` onto the model's symbolic dimension names.
+
+    A fixed dimension that disagrees with the policy, an unknown input name or a wrong rank
+    is a PolicyError: the policy describes another model.
+    """
+    if not input_shapes:
+        return {}
+    overrides: dict[str, int] = {}
+    for name, shape in input_shapes.items():
+        if name not in declared:
+            raise PolicyError(
+                f"ExecutionPolicy.input_shapes names input {name!r}, but the model's inputs are "
+                f"{sorted(declared)}"
+            )
+        dims = declared[name]
+        if len(dims) != len(shape):
+            raise PolicyError(
+                f"ExecutionPolicy.input_shapes[{name!r}] = {list(shape)} has rank {len(shape)}, "
+                f"the model's input has rank {len(dims)} ({list(dims)})"
+            )
+        for axis, (dim, value) in enumerate(zip(dims, shape, strict=True)):
+            if isinstance(dim, int) and dim != value:
+                raise PolicyError(
+                    f"ExecutionPolicy.input_shapes[{name!r}] sets dimension {axis} to {value}, "
+                    f"but the model fixes it to {dim}"
+                )
+            if isinstance(dim, str):
+                previous = overrides.setdefault(dim, int(value))
+                if previous != value:
+                    raise PolicyError(
+                        f"ExecutionPolicy.input_shapes gives dimension {dim!r} two values: "
+                        f"{previous} and {value}"
+                    )
+    return overrides

@@ -1,0 +1,131 @@
+"""Render an ExecutionRecord for people: rich tables of what was asked and what ran."""
+
+from __future__ import annotations
+
+import io
+import statistics
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from xpuruntime.runtime.record import ExecutionRecord
+
+
+def _fmt(value: Any) -> Text:
+    """A cell as plain text: record strings hold brackets ("xpuruntime[cuda]"), not markup."""
+    return Text("—" if value is None or value == "" else str(value))
+
+
+def _choices(record: ExecutionRecord) -> Table:
+    table = Table(title="Choices", title_justify="left", expand=False)
+    for column in ("what", "requested", "chosen", "reason"):
+        table.add_column(column, overflow="fold")
+    for what, choice in (
+        ("engine", record.engine),
+        ("device", record.device),
+        ("precision", record.precision),
+    ):
+        if choice is not None:
+            table.add_row(what, _fmt(choice.requested), _fmt(choice.chosen), _fmt(choice.reason))
+    return table
+
+
+def _settings(record: ExecutionRecord) -> Table:
+    table = Table(title="Settings (policy -> engine)", title_justify="left")
+    for column in ("setting", "requested", "applied", "honoured", "note"):
+        table.add_column(column, overflow="fold")
+    for s in record.settings:
+        mark = Text("yes", style="green") if s.honoured else Text("NO", style="bold red")
+        table.add_row(_fmt(s.name), _fmt(s.requested), _fmt(s.applied), mark, _fmt(s.note))
+    return table
+
+
+def _nodes(record: ExecutionRecord) -> Table:
+    table = Table(title=f"Nodes ({len(record.nodes)})", title_justify="left")
+    for column in ("node", "op", "requested", "chosen", "precision"):
+        table.add_column(column, overflow="fold")
+    for n in record.nodes:
+        moved = n.requested is not None and n.chosen != n.requested
+        chosen = _fmt(n.chosen)
+        if moved:
+            chosen.stylize("bold yellow")
+        table.add_row(
+            _fmt(n.name or "<unnamed>"),
+            _fmt(n.op_type),
+            _fmt(n.requested),
+            chosen,
+            _fmt(n.precision),
+        )
+    return table
+
+
+def _decisions(record: ExecutionRecord) -> Table:
+    table = Table(title="Kernel decisions", title_justify="left")
+    for column in ("op", "kernel", "mode", "reason"):
+        table.add_column(column, overflow="fold")
+    for d in record.decisions:
+        table.add_row(_fmt(d.op), _fmt(d.kernel), _fmt(d.mode), _fmt(d.reason))
+    return table
+
+
+def _fallbacks(record: ExecutionRecord) -> Table:
+    table = Table(title="Fallbacks", title_justify="left", style="yellow")
+    for column in ("what", "requested", "chosen", "mode", "reason"):
+        table.add_column(column, overflow="fold")
+    for f in record.fallbacks:
+        table.add_row(_fmt(f.what), _fmt(f.requested), _fmt(f.chosen), _fmt(f.mode), _fmt(f.reason))
+    return table
+
+
+def _runs(record: ExecutionRecord) -> Table:
+    latencies = [r.latency_ms for r in record.runs]
+    title = f"Runs ({len(record.runs)})"
+    if latencies:
+        title += f": median {statistics.median(latencies):.3f} ms, min {min(latencies):.3f} ms"
+    table = Table(title=title, title_justify="left")
+    for column in ("run", "latency ms", "copies (count, bytes)", "syncs", "I/O binding"):
+        table.add_column(column)
+    for r in record.runs[-5:]:
+        copies = ", ".join(f"{c.direction} {c.count}x {c.bytes} B" for c in r.copies) or "none"
+        table.add_row(
+            str(r.index),
+            f"{r.latency_ms:.3f}",
+            copies,
+            str(r.syncs),
+            "yes" if r.io_binding else "no",
+        )
+    return table
+
+
+def renderables(record: ExecutionRecord) -> list[RenderableType]:
+    """The record's parts as rich renderables, empty sections left out."""
+    parts: list[RenderableType] = [
+        Text(f"Execution record ({record.kind}) of {record.model}", style="bold"),
+        _choices(record),
+    ]
+    if record.settings:
+        parts.append(_settings(record))
+    if record.decisions:
+        parts.append(_decisions(record))
+    if record.nodes:
+        parts.append(_nodes(record))
+    if record.fallbacks:
+        parts.append(_fallbacks(record))
+    if record.runs:
+        parts.append(_runs(record))
+    for kind, entry in record.cache.items():
+        parts.append(
+            Text(f"cache {kind}: {entry.get('explanation', '')} ({entry.get('path', '')})")
+        )
+    parts.extend(Text(f"note: {n}") for n in record.notes)
+    return parts
+
+
+def render_text(record: ExecutionRecord, *, width: int = 110) -> str:
+    """The record as plain text (no colour codes), for logs and ``sess.explain()``."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
+    console.print(Group(*renderables(record)))
+    return buffer.getvalue()

@@ -1,0 +1,114 @@
+"""Which engine runs a session: the one named, or for ``engine="auto"`` the first engine of
+``ExecutionPolicy.engines`` that is installed and can use the device, with the reason."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xpuruntime.inference.device import DeviceSpec
+from xpuruntime.runtime.engines import (
+    KNOWN_ENGINE_HINTS,
+    Availability,
+    Engine,
+    discover_engines,
+    load_engine,
+)
+from xpuruntime.runtime.errors import EngineNotInstalledError, XpuRuntimeError
+from xpuruntime.runtime.record import Choice
+
+_availability: dict[type[Engine], Availability] = {}
+
+
+def availability_of(engine_cls: type[Engine]) -> Availability:
+    """``engine_cls.availability()``, probed once per process and published to the core's
+    engine registry (the registry lists what this process can run)."""
+    found = _availability.get(engine_cls)
+    if found is None:
+        found = engine_cls.availability()
+        _availability[engine_cls] = found
+        _register(engine_cls, found)
+    return found
+
+
+def _register(engine_cls: type[Engine], found: Availability) -> None:
+    from xpuruntime.runtime.dispatch import engine_registry
+
+    # The registry holds strings and lists of strings; an unavailable engine lists no devices.
+    capabilities: dict[str, str | list[str]] = {
+        "available": "yes" if found.available else "no",
+        "devices": list(found.devices) if found.available else [],
+        "aliases": list(engine_cls.aliases),
+        "versions": [f"{k} {v}" for k, v in found.versions.items()],
+        "reason": found.reason,
+    }
+    engine_registry.register(engine_cls.name, capabilities)
+
+
+def supports(found: Availability, device: DeviceSpec) -> bool:
+    """Whether an engine reports the device (``cuda`` matches ``cuda:0`` and so on)."""
+    wanted = str(device)
+    return any(d == wanted or d.split(":")[0] == wanted for d in found.devices)
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    engine: type[Engine]
+    choice: Choice
+
+
+def choose_engine(requested: str, device: DeviceSpec, preference: Sequence[str]) -> EngineChoice:
+    """The engine class for ``requested`` ("auto", a name or an alias) on ``device``."""
+    if requested != "auto":
+        engine_cls = load_engine(requested)
+        found = availability_of(engine_cls)
+        if not found.available:
+            raise EngineNotInstalledError(
+                f"engine {engine_cls.name!r} cannot run here: {found.reason}. "
+                f"Install it with: {found.install_hint or engine_cls.install_hint}"
+            )
+        reason = "requested" if requested == engine_cls.name else f"requested as {requested!r}"
+        return EngineChoice(engine_cls, Choice(requested, engine_cls.name, reason))
+    return _choose_auto(device, preference)
+
+
+def _choose_auto(device: DeviceSpec, preference: Sequence[str]) -> EngineChoice:
+    installed = discover_engines()
+    skipped: list[str] = []
+    usable: list[type[Engine]] = []
+    for name in preference:
+        if name not in installed:
+            hint = KNOWN_ENGINE_HINTS.get(name, "")
+            skipped.append(f"{name}: not installed" + (f" ({hint})" if hint else ""))
+            continue
+        try:
+            engine_cls = installed[name].load()
+        except XpuRuntimeError as exc:
+            skipped.append(f"{name}: {exc}")
+            continue
+        found = availability_of(engine_cls)
+        if not found.available:
+            skipped.append(f"{name}: {found.reason}")
+            continue
+        if supports(found, device):
+            why = (
+                f"first engine of ExecutionPolicy.engines {list(preference)} that runs on {device}"
+            )
+            if skipped:
+                why += "; skipped " + "; ".join(skipped)
+            return EngineChoice(engine_cls, Choice("auto", name, why))
+        skipped.append(f"{name}: no {device} device (it has {', '.join(found.devices) or 'none'})")
+        usable.append(engine_cls)
+    if usable:
+        # No engine can use the device: the first installed one is picked and its device
+        # fallback goes through the policy's fallback mode when the session is created.
+        engine_cls = usable[0]
+        why = f"no engine of {list(preference)} runs on {device}: " + "; ".join(skipped)
+        return EngineChoice(engine_cls, Choice("auto", engine_cls.name, why))
+    raise EngineNotInstalledError(
+        f"engine='auto' found no usable engine among ExecutionPolicy.engines "
+        f"{list(preference)}: "
+        + "; ".join(skipped)
+        + ". Install one, for example: "
+        + KNOWN_ENGINE_HINTS["onnxruntime"]
+    )

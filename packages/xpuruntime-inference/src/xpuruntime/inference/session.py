@@ -1,0 +1,315 @@
+"""InferenceSession: run an ONNX model under an explicit policy and say what ran."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import msgspec
+
+from xpuruntime.inference.device import CPU, resolve_device
+from xpuruntime.inference.errors import (
+    EngineRunError,
+    InputError,
+    InputNameError,
+    ModelNotFoundError,
+    did_you_mean,
+)
+from xpuruntime.inference.selection import availability_of, choose_engine, supports
+from xpuruntime.inference.validation import FeedValidator, describe_tensor
+from xpuruntime.policies import ExecutionPolicy
+from xpuruntime.policies.errors import PolicyError, XpuRuntimeError
+from xpuruntime.runtime.record import Choice, ExecutionRecord, RunRecord
+
+if TYPE_CHECKING:
+    from xpuruntime.policies import KernelPolicy
+    from xpuruntime.runtime.engines import EngineSession, RunStats, TensorInfo
+
+_clock = time.perf_counter
+
+#: How many runs the record keeps (the most recent); the count of all runs is kept too.
+RUN_HISTORY = 1000
+
+
+def _merge_policy(
+    exec_policy: ExecutionPolicy | None,
+    *,
+    device: str,
+    kernel_policy: KernelPolicy | None,
+    fp16: bool,
+) -> ExecutionPolicy:
+    """One ExecutionPolicy from the policy object and the keyword shortcuts.
+
+    A shortcut may fill what the policy leaves at its default; contradicting it is an error
+    (silently preferring one of the two would hide a mistake).
+    """
+    policy = exec_policy if exec_policy is not None else ExecutionPolicy()
+    if fp16:
+        if policy.precision not in ("fp32", "fp16"):
+            raise PolicyError(
+                f"fp16=True contradicts ExecutionPolicy(precision={policy.precision!r}); "
+                f"pass one of them"
+            )
+        policy = policy.replace(precision="fp16")
+    if kernel_policy is not None:
+        if policy.kernel_policy is not None and policy.kernel_policy != kernel_policy:
+            raise PolicyError(
+                "kernel_policy= and ExecutionPolicy(kernel_policy=...) name different kernel "
+                "policies; pass one of them"
+            )
+        policy = policy.replace(kernel_policy=kernel_policy)
+    if device != "auto":
+        if policy.device not in ("auto", device):
+            raise PolicyError(
+                f"device={device!r} contradicts ExecutionPolicy(device={policy.device!r}); "
+                f"pass one of them"
+            )
+        policy = policy.replace(device=device)
+    return policy
+
+
+class InferenceSession:
+    """A model loaded by one engine on one device under an :class:`ExecutionPolicy`.
+
+    >>> sess = InferenceSession("model.onnx", engine="onnxrt")          # doctest: +SKIP
+    >>> out = sess.run({"input": x})                                     # doctest: +SKIP
+    >>> print(sess.explain())                                            # doctest: +SKIP
+
+    ``engine``/``backend``: an engine name or alias ("onnxruntime"/"onnxrt", "tensorrt",
+    "openvino", "qnn") or "auto" (the first of ``ExecutionPolicy.engines`` that runs on the
+    device). ``device``: "auto", "cpu", "cuda", "cuda:N", "npu". ``fp16=True`` is
+    ``ExecutionPolicy(precision="fp16")``. Extra keyword arguments are engine options,
+    recorded under ``ExecutionPolicy.engine_options[<engine>]``.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str],
+        device: str = "auto",
+        engine: str = "auto",
+        kernel_policy: KernelPolicy | None = None,
+        exec_policy: ExecutionPolicy | None = None,
+        fp16: bool = False,
+        backend: str | None = None,
+        **engine_options: Any,
+    ) -> None:
+        if backend is not None:
+            if engine not in ("auto", backend):
+                raise PolicyError(
+                    f"engine={engine!r} and backend={backend!r} disagree; "
+                    f"backend is an alias of engine, pass one"
+                )
+            engine = backend
+        policy = _merge_policy(exec_policy, device=device, kernel_policy=kernel_policy, fp16=fp16)
+        path = Path(model).expanduser()
+        if not path.is_file():
+            where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+            raise ModelNotFoundError(
+                f"model file {str(path)!r} does not exist{where}; pass the path of an .onnx file"
+            )
+        spec, device_reason = resolve_device(policy.device)
+        chosen = choose_engine(engine, spec, policy.engines)
+        if policy.device == "auto" and spec != CPU:
+            # "auto" means the best device an installed engine can use, not a device to
+            # fall back from: with a GPU but no engine for it, the CPU is the choice.
+            found = availability_of(chosen.engine)
+            if not supports(found, spec):
+                device_reason = (
+                    f"device='auto': {spec} is present but {chosen.engine.name} cannot use it "
+                    f"({found.reason or 'no such device in its list'}); using the CPU"
+                )
+                spec = CPU
+                chosen = choose_engine(engine, spec, policy.engines)
+        if engine_options:
+            merged = {**policy.engine_options.get(chosen.engine.name, {}), **engine_options}
+            policy = policy.replace(
+                engine_options={**policy.engine_options, chosen.engine.name: merged}
+            )
+        from xpuruntime.runtime import profiler
+        from xpuruntime.runtime.fingerprint import environment_fingerprint, fingerprint_hash
+
+        environment = environment_fingerprint()
+        record = ExecutionRecord(
+            kind="inference",
+            model=str(path),
+            policy=policy.to_dict(),
+            policy_hash=policy.content_hash(),
+            environment=environment,
+            environment_hash=fingerprint_hash(environment),
+            engine=chosen.choice,
+            device=Choice(policy.device, str(spec), device_reason),
+        )
+        self._engine_session: EngineSession = chosen.engine().create_session(
+            path,
+            device=str(spec),
+            exec_policy=policy,
+            kernel_policy=policy.kernel_policy,
+            record=record,
+        )
+        self._record = record
+        self._policy = policy
+        self._engine_name = chosen.engine.name
+        self._validator = FeedValidator(self._engine_session.inputs)
+        # Engines that check feeds themselves are checked only after a failure (to explain
+        # it), except for what no engine checks: dimensions shared by name across inputs.
+        self._check_feeds = (
+            not self._engine_session.checks_inputs or self._validator.has_shared_dimensions
+        )
+        self._output_names = tuple(o.name for o in self._engine_session.outputs)
+        self._runs: deque[tuple[int, float, RunStats]] = deque(maxlen=RUN_HISTORY)
+        self._run_count = 0
+        self._profiling = policy.profiling
+        if policy.profiling:
+            profiler.enable()
+
+    # -- metadata -------------------------------------------------------------------------
+    @property
+    def inputs(self) -> Sequence[TensorInfo]:
+        """The model's inputs (name, numpy dtype name, shape with symbolic dimensions)."""
+        return self._engine_session.inputs
+
+    @property
+    def outputs(self) -> Sequence[TensorInfo]:
+        return self._engine_session.outputs
+
+    @property
+    def input_names(self) -> list[str]:
+        return [i.name for i in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self._output_names)
+
+    @property
+    def engine(self) -> str:
+        """The engine that runs the model (its canonical name)."""
+        return self._engine_name
+
+    @property
+    def device(self) -> str:
+        """The device the model runs on (after any recorded fallback)."""
+        assert self._record.device is not None
+        return str(self._record.device.chosen)
+
+    @property
+    def policy(self) -> ExecutionPolicy:
+        return self._policy
+
+    @property
+    def engine_session(self) -> EngineSession:
+        """The engine's own session object (for engine-specific inspection)."""
+        return self._engine_session
+
+    def __repr__(self) -> str:
+        ins = ", ".join(describe_tensor(i) for i in self.inputs)
+        return (
+            f"InferenceSession({self._record.model!r}, engine={self.engine!r}, "
+            f"device={self.device!r}, inputs=[{ins}])"
+        )
+
+    # -- running --------------------------------------------------------------------------
+    def run(
+        self, feeds: Mapping[str, Any], output_names: Sequence[str] | None = None
+    ) -> dict[str, Any]:
+        """Run once: ``feeds`` maps input names to numpy/PyTorch/CuPy/DLPack tensors.
+
+        Returns a dict of output name -> tensor (numpy on the host; device tensors with
+        DLPack when the inputs were device-resident on a CUDA session). ``output_names``
+        selects outputs. A bad input raises an :class:`InputError` and leaves the session
+        usable.
+        """
+        if self._check_feeds or output_names is not None or type(feeds) is not dict:
+            self._check_call(feeds, output_names)
+        engine_session = self._engine_session
+        start = _clock()
+        try:
+            if self._profiling:
+                from xpuruntime.runtime import profiler
+
+                with profiler.range(f"InferenceSession.run[{self._engine_name}]", "inference"):
+                    outputs = engine_session.run(feeds, output_names)
+            else:
+                outputs = engine_session.run(feeds, output_names)
+        except XpuRuntimeError:
+            raise
+        except Exception as exc:
+            if not self._check_feeds:
+                self._validator.check(feeds)  # a bad feed: raise the typed error that says so
+            raise EngineRunError(
+                f"{self._engine_name} failed to run {self._record.model}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        elapsed = _clock() - start
+        # RunRecords are built in record(): a tuple here keeps the per-run cost small.
+        self._runs.append((self._run_count, elapsed, engine_session.run_stats()))
+        self._run_count += 1
+        return outputs
+
+    def _check_call(self, feeds: Mapping[str, Any], output_names: Sequence[str] | None) -> None:
+        """The checks a plain ``run(dict)`` on a self-checking engine does not need."""
+        if not isinstance(cast(object, feeds), Mapping):
+            example = (
+                f" for example sess.run({{{self.input_names[0]!r}: x}})" if self.inputs else ""
+            )
+            raise InputError(
+                f"feeds must be a mapping of input name to tensor, got "
+                f"{type(feeds).__name__};{example}"
+            )
+        if self._check_feeds:
+            self._validator.check(feeds)
+        if output_names is not None:
+            self._check_output_names(output_names)
+
+    def _check_output_names(self, output_names: Sequence[str]) -> None:
+        if isinstance(output_names, str):
+            raise InputNameError(
+                f"output_names must be a list of names, got the string {output_names!r}; "
+                f"write [{output_names!r}]"
+            )
+        for name in output_names:
+            if name not in self._output_names:
+                raise InputNameError(
+                    f"unknown output {name!r}{did_you_mean(name, self._output_names)}; the "
+                    f"model's outputs are: {', '.join(self._output_names)}"
+                )
+
+    # -- explaining -----------------------------------------------------------------------
+    def record(self) -> ExecutionRecord:
+        """The execution record: settings, node placement, fallbacks and the latest runs."""
+        notes = list(self._record.notes)
+        if self._run_count > len(self._runs):
+            notes.append(f"runs: the last {len(self._runs)} of {self._run_count} runs are kept")
+        runs = [
+            RunRecord(index, seconds * 1e3, list(stats.copies), stats.syncs, stats.io_binding)
+            for index, seconds, stats in self._runs
+        ]
+        return msgspec.structs.replace(self._record, runs=runs, notes=notes)
+
+    def explain(self, *, width: int = 110) -> str:
+        """The record as readable text (tables of settings, nodes, fallbacks and runs)."""
+        from xpuruntime.inference.report import render_text
+
+        return render_text(self.record(), width=width)
+
+    def export_trace(self, path: str | os.PathLike[str]) -> Path:
+        """Write a Chrome trace merging the engine's profile with the core profiler's events.
+
+        Needs ``ExecutionPolicy(profiling=True)``; open the file in Perfetto or
+        chrome://tracing.
+        """
+        if not self._profiling:
+            raise PolicyError(
+                "this session was created without profiling; pass "
+                "exec_policy=ExecutionPolicy(profiling=True) to record a trace"
+            )
+        from xpuruntime.runtime import profiler
+
+        target = Path(path)
+        profiler.export_chrome_trace(
+            str(target), extra_events=self._engine_session.profile_events()
+        )
+        return target

@@ -1,0 +1,100 @@
+"""ONNX Runtime's CUDA execution provider: I/O binding without host copies, node placement,
+the core's stream as compute stream. Needs onnxruntime-gpu and a GPU (the device machine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xpuruntime.inference import DeviceNotFoundError, InferenceSession
+from xpuruntime.inference.demo import DEMO_MODEL, demo_images
+from xpuruntime.policies import ExecutionPolicy, KernelPolicy
+
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda_device")]
+needs_cuda_ep = pytest.mark.usefixtures("cuda_ep")
+needs_cpu_only_ort = pytest.mark.usefixtures("without_cuda_ep")
+
+
+@needs_cuda_ep
+def test_device_resident_io_binding_makes_no_host_copies() -> None:
+    torch = pytest.importorskip("torch")
+    sess = InferenceSession(DEMO_MODEL, device="cuda:0", engine="onnxruntime")
+    images = demo_images(4)
+    x = torch.from_numpy(images).to("cuda:0")
+    out = sess.run({"image": x})["probabilities"]
+    assert out.__dlpack_device__()[0] == 2  # kDLCUDA: the output stays on the GPU
+    probabilities = torch.from_dlpack(out).cpu().numpy()
+    host = sess.run({"image": images})["probabilities"]
+    np.testing.assert_allclose(probabilities, host, rtol=1e-4, atol=1e-6)
+    bound, plain = sess.record().runs
+    assert bound.io_binding
+    assert bound.copies == []
+    assert not plain.io_binding
+    assert {c.direction for c in plain.copies} == {"host_to_device", "device_to_host"}
+
+
+@needs_cuda_ep
+def test_cuda_settings_and_placement() -> None:
+    policy = ExecutionPolicy(precision="tf32", memory={"limit_bytes": 1 << 30}, fallback="warn")
+    sess = InferenceSession(
+        DEMO_MODEL, device="cuda:0", exec_policy=policy, kernel_policy=KernelPolicy(conv="cudnn")
+    )
+    settings = {s.name: s for s in sess.record().settings}
+    assert settings["precision.tf32"].applied == "use_tf32=1"
+    assert settings["memory.limit_bytes"].honoured
+    assert settings["compute_stream"].honoured
+    assert settings["kernel_policy.conv"].honoured
+    conv = next(n for n in sess.record().nodes if n.op_type == "Conv")
+    assert conv.chosen == "CUDAExecutionProvider"
+
+
+@needs_cuda_ep
+def test_strict_cuda_places_every_node_on_cuda() -> None:
+    # Every op of the demo model has a CUDA kernel: under fallback="error" (ONNX Runtime's
+    # session.disable_cpu_ep_fallback) the session builds, with every node on CUDA.
+    sess = InferenceSession(
+        DEMO_MODEL, device="cuda:0", exec_policy=ExecutionPolicy(fallback="error")
+    )
+    assert {n.chosen for n in sess.record().nodes} == {"CUDAExecutionProvider"}
+    assert not sess.record().fallbacks
+
+
+def test_absent_device_index() -> None:
+    with pytest.raises(DeviceNotFoundError, match="does not exist"):
+        InferenceSession(DEMO_MODEL, device="cuda:99")
+
+
+@needs_cuda_ep
+def test_model_path_object(tmp_path: Path) -> None:
+    sess = InferenceSession(Path(DEMO_MODEL), device="cuda")
+    assert sess.device.startswith("cuda")
+
+
+@needs_cpu_only_ort
+def test_cuda_tensors_into_a_cpu_fallback_session_are_counted() -> None:
+    # A GPU, but onnxruntime without its CUDA provider: device="auto" picks the CPU, an
+    # explicit "cuda:0" falls back to it (recorded), and CUDA inputs are fetched to the
+    # host, which the record counts.
+    torch = pytest.importorskip("torch")
+    auto = InferenceSession(DEMO_MODEL)  # "auto": no engine here can use the GPU -> the CPU
+    assert auto.device == "cpu"
+    assert auto.record().device is not None
+    assert "cannot use it" in auto.record().device.reason  # type: ignore[union-attr]
+    assert not auto.record().fallbacks
+    sess = InferenceSession(
+        DEMO_MODEL, device="cuda:0", exec_policy=ExecutionPolicy(fallback="allow")
+    )
+    record = sess.record()
+    assert record.device is not None
+    assert record.device.chosen == "cpu"
+    assert record.fallbacks[0].requested == "CUDAExecutionProvider"
+    images = demo_images(4)
+    out = sess.run({"image": torch.from_numpy(images).to("cuda:0")})["probabilities"]
+    np.testing.assert_allclose(out, sess.run({"image": images})["probabilities"], rtol=1e-6)
+    fetched, host = sess.record().runs
+    assert [(c.direction, c.count, c.bytes) for c in fetched.copies] == [
+        ("device_to_host", 1, images.nbytes)
+    ]
+    assert host.copies == []
