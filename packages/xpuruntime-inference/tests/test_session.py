@@ -11,6 +11,7 @@ import pytest
 from xpuruntime.inference import InferenceSession
 from xpuruntime.policies import ExecutionPolicy, KernelPolicy
 from xpuruntime.policies.errors import PolicyError
+from xpuruntime.runtime.device import cuda_available
 from xpuruntime.runtime.errors import EngineNotInstalledError
 
 
@@ -32,7 +33,9 @@ def test_seed_onnxrt_call(mlp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert record.engine is not None
     assert (record.engine.requested, record.engine.chosen) == ("onnxrt", "onnxruntime")
     assert sess.engine == "onnxruntime"
-    assert sess.device == "cpu"
+    # device="auto": the GPU when this ONNX Runtime can use one here, else the CPU.
+    cuda_usable = "CUDAExecutionProvider" in ort.get_available_providers() and cuda_available()
+    assert sess.device == ("cuda:0" if cuda_usable else "cpu")
 
 
 def test_seed_tensorrt_call_without_tensorrt(mlp: Path) -> None:

@@ -58,8 +58,24 @@ def _type_of(prop: dict[str, Any]) -> str:
     return "any"
 
 
+def _canonical(node: Any) -> Any:
+    """The schema with every anyOf in one order (null last): msgspec releases differ in the
+    order they emit, and the committed document must not depend on which one is installed."""
+    if isinstance(node, dict):
+        out = {k: _canonical(v) for k, v in node.items()}
+        if isinstance(out.get("anyOf"), list):
+            out["anyOf"] = sorted(
+                out["anyOf"],
+                key=lambda alt: (alt == {"type": "null"}, json.dumps(alt, sort_keys=True)),
+            )
+        return out
+    if isinstance(node, list):
+        return [_canonical(v) for v in node]
+    return node
+
+
 def render_schema_doc() -> str:
-    schema = record_json_schema()
+    schema = _canonical(record_json_schema())
     lines = [_INTRO.format(version=RECORD_SCHEMA_VERSION)]
     for name, definition in sorted(schema.get("$defs", {}).items()):
         required = set(definition.get("required", []))

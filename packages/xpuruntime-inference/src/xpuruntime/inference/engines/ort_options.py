@@ -208,7 +208,8 @@ def build_config(
 
     # Node placement: recorded always, enforced by ONNX Runtime itself under fallback="error".
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-    if policy.fallback == "error" and provider != CPU_EP:
+    strict_placement = policy.fallback == "error" and provider != CPU_EP
+    if strict_placement:
         so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         add_setting(
             record,
@@ -226,7 +227,10 @@ def build_config(
     providers: list[tuple[str, dict[str, str]]] = []
     if on_cuda:
         providers.append((CUDA_EP, {k: str(v) for k, v in cuda.items()}))
-    providers.append((CPU_EP, {}))
+    # ONNX Runtime rejects an explicit CPU provider next to disable_cpu_ep_fallback (seen with
+    # 1.31 on an H200): under strict placement the CPU provider is simply not offered.
+    if not strict_placement:
+        providers.append((CPU_EP, {}))
     return OrtConfig(so, providers, profile_dir)
 
 
