@@ -8,6 +8,8 @@ FunctionEvent class; explain must count the kernel once, for the operator.
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 from torch._C._autograd import DeviceType
 from torch.autograd.profiler_util import FunctionEvent
@@ -18,9 +20,11 @@ from xpuruntime.pytorch.explain import record_from_events
 from xpuruntime.runtime.errors import FallbackError
 
 
-def _event(
-    id: int, name: str, start: float, *, activity_type: str | None = None, **extra: object
-) -> FunctionEvent:
+def _event(id: int, name: str, start: float, **extra: object) -> FunctionEvent:
+    # FunctionEvent's keyword arguments differ between releases (2.11 has neither
+    # activity_type nor linked_correlation_id, 2.13 has both); explain reads attributes, so
+    # whatever this PyTorch's constructor does not take is set on the event afterwards.
+    accepted = inspect.signature(FunctionEvent.__init__).parameters
     event = FunctionEvent(
         id=id,
         name=name,
@@ -30,12 +34,11 @@ def _event(
         fwd_thread=1,
         input_shapes=[],
         stack=[],
-        **extra,
+        **{k: v for k, v in extra.items() if k in accepted},
     )
-    if activity_type is not None:
-        # A constructor argument only in newer PyTorch (2.13 has it, 2.11 does not); explain
-        # reads the attribute, so set it directly to build the same trace on both.
-        event.activity_type = activity_type
+    for key, value in extra.items():
+        if key not in accepted:
+            setattr(event, key, value)
     return event
 
 

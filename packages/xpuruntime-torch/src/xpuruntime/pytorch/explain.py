@@ -85,6 +85,10 @@ def _check_pins(seen: dict[str, _Seen]) -> None:
         )
 
 
+# CUPTI's own bookkeeping, listed among device events and kernels but not launched by any op.
+_CUPTI_BOOKKEEPING = frozenset({"Activity Buffer Request", "Lazy Function Loading"})
+
+
 def _launcher_rank(event: FunctionEvent) -> tuple[bool, bool, float]:
     # Correlation ids are not unique: CUPTI bookkeeping events ("Lazy Function Loading",
     # "Activity Buffer Request") can carry an operator's id. Prefer PyTorch operators.
@@ -93,6 +97,14 @@ def _launcher_rank(event: FunctionEvent) -> tuple[bool, bool, float]:
         "::" in event.name,
         event.time_range.start,
     )
+
+
+def _outside_bookkeeping(event: FunctionEvent) -> FunctionEvent:
+    """The operator around a CUPTI bookkeeping event that took its correlation id (PyTorch
+    2.11 on an H200 attributed whole steps' kernels to "Activity Buffer Request")."""
+    while event.name in _CUPTI_BOOKKEEPING and event.cpu_parent is not None:
+        event = event.cpu_parent
+    return event
 
 
 def _kernel_instances(events: list[FunctionEvent]) -> list[tuple[str, float, FunctionEvent]]:
@@ -111,9 +123,11 @@ def _kernel_instances(events: list[FunctionEvent]) -> list[tuple[str, float, Fun
         candidates = cpu_by_id.get(getattr(event, "linked_correlation_id", 0), [])
         if event.device_type == DeviceType.CPU or not candidates:
             continue
+        if event.name in _CUPTI_BOOKKEEPING:
+            continue
         span = event.time_range
         launched_before = [c for c in candidates if c.time_range.start <= span.start]
-        launcher = max(launched_before or candidates, key=_launcher_rank)
+        launcher = _outside_bookkeeping(max(launched_before or candidates, key=_launcher_rank))
         key = (event.name, event.device_index, span.start)
         found.setdefault(key, (event.name, float(span.end - span.start), launcher))
     if found or not events or hasattr(events[0], "linked_correlation_id"):
@@ -122,8 +136,10 @@ def _kernel_instances(events: list[FunctionEvent]) -> list[tuple[str, float, Fun
     return [
         (kernel.name, float(kernel.duration), event)
         for event in events
+        if event.name not in _CUPTI_BOOKKEEPING  # colliding ids list the op's kernels twice
         for kernel in event.kernels
-        if kernel.name != event.name  # legacy CUDA timing attached under the op's own name
+        # legacy CUDA timing attached under the op's own name, and CUPTI bookkeeping
+        if kernel.name != event.name and kernel.name not in _CUPTI_BOOKKEEPING
     ]
 
 
@@ -134,7 +150,9 @@ def record_from_events(
     seen: dict[str, _Seen] = {}
     for name, duration_us, launcher in _kernel_instances(events):
         op, aten = _family(launcher)
-        entry = seen.setdefault(name, _Seen(op=op or launcher.name, aten=aten, library=None))
+        if launcher.name in _CUPTI_BOOKKEEPING:  # no operator around it to attribute to
+            aten = "(unattributed)"
+        entry = seen.setdefault(name, _Seen(op=op or aten, aten=aten, library=None))
         entry.library = kernel_library(name, op)
         entry.count += 1
         entry.total_us += duration_us
