@@ -16,6 +16,7 @@ import numpy as np
 
 from xpuruntime.inference.cache import CacheKey, CacheLookup, ContentCache, file_digest
 from xpuruntime.npu import openvino_backend
+from xpuruntime.npu.engines.claim import claim_session
 from xpuruntime.npu.openvino_devices import OpenVINOTarget, resolve_target, xrt_name
 from xpuruntime.npu.options import engine_options
 from xpuruntime.npu.quantized import require_quantized_model
@@ -403,12 +404,7 @@ class OpenVINOEngine(Engine):
         record: ExecutionRecord,
     ) -> EngineSession:
         job = _Compilation(exec_policy, record)
-        if record.engine is None:
-            record.engine = Choice(self.name, self.name, "asked for by name")
-        if kernel_policy is not None and kernel_policy.entries:
-            record.notes.append(
-                "OpenVINO chooses its own kernels; the KernelPolicy is recorded, not applied"
-            )
+        claim_session(self.name, "OpenVINO", kernel_policy, record)
         target = resolve_target(
             device, job.core.available_devices, record=record, fallback=exec_policy.fallback
         )

@@ -22,6 +22,7 @@ from xpuruntime.inference.cache import CacheKey, CacheLookup, ContentCache, file
 from xpuruntime.inference.engines.ort_placement import assigned_nodes, record_placement
 from xpuruntime.inference.tensors import onnx_type_to_numpy_name
 from xpuruntime.npu import qnn_backend
+from xpuruntime.npu.engines.claim import claim_session
 from xpuruntime.npu.errors import StaticShapeRequiredError, unknown_device
 from xpuruntime.npu.onnx_model import graph_inputs, load_graph
 from xpuruntime.npu.options import engine_options
@@ -483,12 +484,7 @@ class QNNEngine(Engine):
         record: ExecutionRecord,
     ) -> EngineSession:
         build = _QnnBuild(exec_policy, record)
-        if record.engine is None:
-            record.engine = Choice(self.name, self.name, "asked for by name")
-        if kernel_policy is not None and kernel_policy.entries:
-            record.notes.append(
-                "QNN chooses its own kernels; the KernelPolicy is recorded, not applied"
-            )
+        claim_session(self.name, "QNN", kernel_policy, record)
         target = _select_device(
             device, qnn_backend.devices(), record=record, fallback=exec_policy.fallback
         )
