@@ -200,3 +200,38 @@ def test_hash_follows_content() -> None:
     assert a == b
     assert hash(a) == hash(b)
     assert len({a, b, ExecutionPolicy()}) == 2
+
+
+def test_lock_needs_a_lock_file() -> None:
+    from xpuruntime.policies import PolicyConflictError
+
+    with pytest.raises(PolicyConflictError, match="lock='replay' needs lock_file"):
+        ExecutionPolicy(lock="replay")
+    assert ExecutionPolicy(lock="record", lock_file="decisions.lock.json").lock == "record"
+
+
+def test_nvlink_multicast_cannot_be_enabled() -> None:
+    from xpuruntime.policies import CollectivePolicy, PolicyValidationError
+
+    with pytest.raises(PolicyValidationError, match="shared host"):
+        CollectivePolicy(nvls=True)
+    with pytest.raises(PolicyValidationError, match="NVLS"):
+        CollectivePolicy(algorithm="nvls")
+    with pytest.raises(PolicyValidationError, match="NVLS"):
+        ExecutionPolicy.from_dict(
+            {"schema_version": 1, "execution": {"collectives": {"algorithm": "nvls_tree"}}}
+        )
+    with pytest.raises(PolicyValidationError, match="min_channels=8 exceeds"):
+        CollectivePolicy(min_channels=8, max_channels=2)
+
+
+def test_new_settings_round_trip_through_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from xpuruntime.policies import CollectivePolicy
+
+    policy = ExecutionPolicy(
+        host_shape_compute="forbid",
+        engine_log_level="info",
+        collectives=CollectivePolicy(protocol="ll128", p2p=False),
+    )
+    for suffix in (".json", ".yaml", ".toml"):
+        assert ExecutionPolicy.load(policy.save(tmp_path / f"p{suffix}")) == policy

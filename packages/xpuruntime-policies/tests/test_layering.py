@@ -129,3 +129,58 @@ def test_bad_environment_names_its_layer(
 def test_bad_override_names_its_layer(base: Path) -> None:
     with pytest.raises(PolicyValidationError, match=r"^overrides: execution.precision"):
         resolve_policy(base, environ={}, overrides={"execution": {"precision": "fp128"}})
+
+
+def test_layered_policy_names_the_layer_of_each_setting(base: Path) -> None:
+    from xpuruntime.policies import layered_policy
+
+    layered = layered_policy(
+        base,
+        environ={"XPURUNTIME_POLICY_FALLBACK": "error", "XPURUNTIME_POLICY_PRECISION": "bf16"},
+        arguments={"execution": {"precision": "fp32"}},
+    )
+    policy = layered.policy
+    assert (policy.fallback, policy.precision, policy.device) == ("error", "fp32", "cuda")
+    assert layered.sources["execution.fallback"] == ("environment (XPURUNTIME_POLICY_FALLBACK)")
+    assert layered.sources["execution.precision"] == "argument"
+    assert layered.sources["execution.device"] == f"policy {base}"
+    assert layered.sources["kernel.ops.matmul"] == f"policy {base}"
+    assert layered.source_of("execution.cuda_graphs") == "default"
+
+
+def test_layered_policy_over_a_policy_object() -> None:
+    from xpuruntime.policies import layered_policy
+
+    layered = layered_policy(
+        ExecutionPolicy(fallback="allow", num_threads=3),
+        environ={"XPURUNTIME_POLICY_FALLBACK": "error"},
+    )
+    assert layered.policy.fallback == "error"  # the environment beats the policy object
+    assert layered.policy.num_threads == 3
+    assert layered.sources == {
+        "execution.fallback": "environment (XPURUNTIME_POLICY_FALLBACK)",
+        "execution.num_threads": "policy",
+    }
+
+
+def test_layered_policy_rejects_a_misspelled_variable() -> None:
+    from xpuruntime.policies import layered_policy
+
+    with pytest.raises(UnknownFieldError, match="XPURUNTIME_POLICY_PRECISION"):
+        layered_policy(environ={"XPURUNTIME_POLICY_PRECISON": "fp16"})
+
+
+def test_collectives_from_the_environment() -> None:
+    from xpuruntime.policies import CollectivePolicy
+
+    document = resolve_policy(
+        environ={
+            "XPURUNTIME_POLICY_COLLECTIVES_ALGORITHM": "ring",
+            "XPURUNTIME_POLICY_COLLECTIVES_MAX_CHANNELS": "8",
+        }
+    )
+    assert document.execution_policy().collectives == CollectivePolicy(
+        algorithm="ring", max_channels=8
+    )
+    with pytest.raises(PolicyValidationError, match="NVLink multicast"):
+        resolve_policy(environ={"XPURUNTIME_POLICY_COLLECTIVES_NVLS": "1"})

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         FallbackError,
         InvalidArgumentError,
         OutOfMemoryError,
+        RecordSchemaError,
         UnsupportedOperationError,
         XpuRuntimeError,
     )
@@ -62,6 +63,7 @@ _LAZY: dict[str, str] = {
     "EngineNotInstalledError": "errors",
     "FallbackError": "errors",
     "OutOfMemoryError": "errors",
+    "RecordSchemaError": "errors",
     "UnsupportedOperationError": "errors",
     "XpuRuntimeError": "errors",
 }
@@ -78,6 +80,7 @@ __all__ = [
     "Graph",
     "InvalidArgumentError",
     "OutOfMemoryError",
+    "RecordSchemaError",
     "Stream",
     "Tensor",
     "UnsupportedOperationError",

@@ -11,6 +11,7 @@ __all__ = [
     "InvalidArgumentError",
     "OutOfMemoryError",
     "PolicyError",
+    "RecordSchemaError",
     "UnsupportedOperationError",
     "XpuRuntimeError",
 ]
@@ -39,3 +40,8 @@ class FallbackError(XpuRuntimeError):
 
 class EngineNotInstalledError(XpuRuntimeError, ImportError):
     """An engine the user named is not installed; the message carries the install command."""
+
+
+class RecordSchemaError(XpuRuntimeError, ValueError):
+    """An execution record (or lockfile) does not match a schema this release can read: a
+    newer ``schema_version``, an unknown field, or not a record at all."""

@@ -3,7 +3,13 @@
 One schema for inference sessions and training steps (``kind`` tells them apart), so a
 record from ``InferenceSession.record()`` and one from ``xpuruntime.pytorch.explain()``
 can be stored, diffed and rendered by the same tools. The JSON Schema is exported by
-:func:`record_json_schema`; bump :data:`RECORD_SCHEMA_VERSION` on any incompatible change.
+:func:`record_json_schema`.
+
+Compatibility rule: :data:`RECORD_SCHEMA_VERSION` is bumped whenever a field is added,
+removed or changes meaning. A reader accepts records of its own version and of every older
+one (fields added since have defaults), and rejects a newer version or a field it does not
+know with :class:`RecordSchemaError`, which says to upgrade xpuruntime: a record is never read
+half-understood.
 
 Fallbacks go through :meth:`ExecutionRecord.fallback`, the single place that applies the
 policy's ``fallback`` mode (``error`` raises, ``warn`` warns and records, ``allow`` records),
@@ -19,12 +25,19 @@ from typing import Any, Literal
 
 import msgspec
 
-from xpuruntime.runtime.errors import FallbackError
+from xpuruntime.runtime.errors import FallbackError, RecordSchemaError
 
-RECORD_SCHEMA_VERSION = 1
+#: 2 added NodeRecord.placement/reason, DecisionRecord.status and ExecutionRecord.policy_sources.
+RECORD_SCHEMA_VERSION = 2
 
 FallbackMode = Literal["error", "warn", "allow"]
 CopyDirection = Literal["host_to_device", "device_to_host", "device_to_device"]
+#: Where a node ran relative to the request: on the requested device, on the host as shape
+#: computation the engine places there by design, or elsewhere because of a fallback.
+Placement = Literal["requested", "host_shape", "fallback"]
+#: How a decision came about: taken now, replayed from a lockfile, or a fallback from the
+#: locked or requested choice.
+DecisionStatus = Literal["decided", "locked", "fallen_back"]
 
 
 class FallbackWarning(UserWarning):
@@ -40,7 +53,13 @@ class Choice(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class NodeRecord(msgspec.Struct, forbid_unknown_fields=True):
-    """One graph node / op: where it was asked to run and where it ran."""
+    """One graph node / op: where it was asked to run, where it ran, and why.
+
+    ``placement`` classifies a node that ran elsewhere than requested: ``host_shape`` for
+    shape computation the engine keeps on the host by design, ``fallback`` when the requested
+    device has no kernel for it; ``reason`` says which. None where the engine reports no
+    placement.
+    """
 
     name: str
     op_type: str
@@ -48,6 +67,8 @@ class NodeRecord(msgspec.Struct, forbid_unknown_fields=True):
     chosen: str | None = None
     kernel: str | None = None
     precision: str | None = None
+    placement: Placement | None = None
+    reason: str = ""
 
 
 class FallbackRecord(msgspec.Struct, forbid_unknown_fields=True):
@@ -71,7 +92,11 @@ class SettingRecord(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class DecisionRecord(msgspec.Struct, forbid_unknown_fields=True):
-    """A dispatcher decision: which kernel an op resolved to, by which mode, and why."""
+    """A dispatcher decision: which kernel an op resolved to, by which mode, and why.
+
+    ``status`` says whether it was decided now, replayed from a lockfile (``locked``), or
+    fell back from the locked or requested choice (``fallen_back``, reason given).
+    """
 
     op: str
     kernel: str
@@ -80,6 +105,7 @@ class DecisionRecord(msgspec.Struct, forbid_unknown_fields=True):
     shape: str = ""
     dtype: str = ""
     device: str = ""
+    status: DecisionStatus = "decided"
 
 
 class CopyRecord(msgspec.Struct, forbid_unknown_fields=True):
@@ -121,6 +147,9 @@ class ExecutionRecord(msgspec.Struct, forbid_unknown_fields=True):
     model: str | None = None
     policy: dict[str, Any] = msgspec.field(default_factory=dict)
     policy_hash: str | None = None
+    #: Which layer set each policy setting (dotted path -> "policy", "environment (...)",
+    #: "argument"); settings absent here kept their defaults.
+    policy_sources: dict[str, str] = msgspec.field(default_factory=dict)
     environment: dict[str, Any] = msgspec.field(default_factory=dict)
     environment_hash: str | None = None
     engine: Choice | None = None
@@ -161,8 +190,41 @@ class ExecutionRecord(msgspec.Struct, forbid_unknown_fields=True):
 
     @classmethod
     def from_json(cls, data: str | bytes) -> ExecutionRecord:
-        """Parse and validate a record written by :meth:`to_json`."""
-        return msgspec.json.decode(data, type=cls)
+        """Parse and validate a record written by :meth:`to_json` (this or an older version).
+
+        Raises :class:`RecordSchemaError` for a newer ``schema_version``, an unknown field,
+        or anything that is not a record.
+        """
+        try:
+            header = msgspec.json.decode(data, type=_Header)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise RecordSchemaError(f"not an execution record: {exc}") from None
+        version = header.schema_version
+        if not 1 <= version <= RECORD_SCHEMA_VERSION:
+            raise RecordSchemaError(
+                f"execution record schema_version {version} is not readable by this "
+                f"xpuruntime (it reads versions 1 to {RECORD_SCHEMA_VERSION}); "
+                + (
+                    "upgrade xpuruntime-core"
+                    if version > RECORD_SCHEMA_VERSION
+                    else "the record is damaged"
+                )
+            )
+        try:
+            record = msgspec.json.decode(data, type=cls)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise RecordSchemaError(
+                f"execution record (schema_version {version}) does not match the schema: "
+                f"{exc}; a field this xpuruntime does not know means the record comes from a "
+                "newer release: upgrade xpuruntime-core"
+            ) from None
+        return record
+
+
+class _Header(msgspec.Struct):
+    """The one field read before the rest: which schema a record claims."""
+
+    schema_version: int = 1
 
 
 def _user_stacklevel() -> int:

@@ -20,8 +20,13 @@ inference session from a training step. This page is generated from
 `python -m xpuruntime.inference.schema_doc > docs/record-schema.md`; a test fails when it
 is out of date.
 
-Schema version: **{version}** (`schema_version` in every record; bumped on any incompatible
-change). Read a record back with `ExecutionRecord.from_json(text)`, which validates it.
+Schema version: **{version}** (`schema_version` in every record). Read a record back with
+`ExecutionRecord.from_json(text)`, which validates it.
+
+Compatibility rule: the version is bumped whenever a field is added, removed or changes
+meaning. A reader accepts its own version and every older one (fields added since have
+defaults) and rejects a newer version or an unknown field with `RecordSchemaError` (an
+`XpuRuntimeError`) saying to upgrade: a record is never read half-understood.
 
 How an inference session fills it:
 
@@ -31,8 +36,13 @@ How an inference session fills it:
   `honoured` false and a `note` when the engine cannot do what the policy asks.
 - `nodes`: per graph node its op type, the requested and the chosen execution provider
   (ONNX Runtime's own node-assignment information) or TensorRT layer, kernel/tactic where
-  known, and precision where known.
-- `decisions`: per kernel-policy entry, the kernel the op resolved to, the mode and why.
+  known, and precision where known; `placement` classifies a node off the requested device
+  as `host_shape` (shape computation the engine keeps on the host by design) or `fallback`
+  (no kernel there), with the `reason`.
+- `policy_sources`: which layer (policy file or object, environment variable, argument) set
+  each policy setting.
+- `decisions`: per kernel-policy entry, the kernel the op resolved to, the mode and why;
+  `status` is `decided`, `locked` (replayed from a lockfile) or `fallen_back`.
 - `fallbacks`: everything that runs elsewhere than requested, with the fallback mode that
   allowed it (`fallback="error"` raises instead, so an error-mode record has none).
 - `runs`: per `run` the latency, host<->device copies (count and bytes per direction),

@@ -32,9 +32,9 @@ if TYPE_CHECKING:
     from xpuruntime.policies.conflicts import check_conflicts, find_conflicts
     from xpuruntime.policies.differences import PolicyDiff, diff
     from xpuruntime.policies.document import SCHEMA_VERSION, PolicyDocument, load_policy
-    from xpuruntime.policies.execution_policy import ExecutionPolicy, MemoryPolicy
+    from xpuruntime.policies.execution_policy import CollectivePolicy, ExecutionPolicy, MemoryPolicy
     from xpuruntime.policies.kernel_policy import KernelPolicy, Mode, OpPolicy
-    from xpuruntime.policies.layering import resolve_policy
+    from xpuruntime.policies.layering import LayeredPolicy, layered_policy, resolve_policy
     from xpuruntime.policies.schema import json_schema
     from xpuruntime.policies.strategy import AutoSelectStrategy, BestPerformance, FirstSupported
 
@@ -48,11 +48,14 @@ _LAZY = {
     "SCHEMA_VERSION": "document",
     "PolicyDocument": "document",
     "load_policy": "document",
+    "CollectivePolicy": "execution_policy",
     "ExecutionPolicy": "execution_policy",
     "MemoryPolicy": "execution_policy",
     "KernelPolicy": "kernel_policy",
     "Mode": "kernel_policy",
     "OpPolicy": "kernel_policy",
+    "LayeredPolicy": "layering",
+    "layered_policy": "layering",
     "resolve_policy": "layering",
     "json_schema": "schema",
     "AutoSelectStrategy": "strategy",
@@ -82,9 +85,11 @@ __all__ = [
     "SCHEMA_VERSION",
     "AutoSelectStrategy",
     "BestPerformance",
+    "CollectivePolicy",
     "ExecutionPolicy",
     "FirstSupported",
     "KernelPolicy",
+    "LayeredPolicy",
     "MemoryPolicy",
     "Mode",
     "OpPolicy",
@@ -106,6 +111,7 @@ __all__ = [
     "diff",
     "find_conflicts",
     "json_schema",
+    "layered_policy",
     "load_policy",
     "resolve_policy",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import typing
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
@@ -26,6 +27,14 @@ Precision: TypeAlias = Literal["fp32", "tf32", "fp16", "bf16", "int8", "fp8"]
 Fallback: TypeAlias = Literal["error", "warn", "allow"]
 PerformanceHint: TypeAlias = Literal["latency", "throughput"]
 GraphOptimization: TypeAlias = Literal["disabled", "basic", "extended", "all"]
+HostShapeCompute: TypeAlias = Literal["allow", "forbid"]
+LockMode: TypeAlias = Literal["off", "record", "replay"]
+EngineLogLevel: TypeAlias = Literal["error", "warning", "info", "verbose"]
+# "nvls" and "nvls_tree" are NCCL's names too; they are read so that the refusal can say why.
+CollectiveAlgorithm: TypeAlias = Literal[
+    "ring", "tree", "collnet_direct", "collnet_chain", "pat", "nvls", "nvls_tree"
+]
+CollectiveProtocol: TypeAlias = Literal["ll", "ll128", "simple"]
 PositiveInt: TypeAlias = Annotated[int, Meta(ge=1)]
 
 DEVICE_PATTERN = r"^(auto|cpu|cuda(:[0-9]+)?|npu(:[0-9]+)?)$"
@@ -63,6 +72,103 @@ class MemoryPolicy(
                 f"expected a positive number of bytes or None, got {shown(limit)}",
                 location="memory.limit_bytes",
             )
+
+
+#: Why NVLink multicast (NCCL's NVLS algorithms) cannot be enabled by a policy.
+NVLS_REFUSAL = (
+    "NVLink multicast (NCCL's NVLS / NVLSTree algorithms, NCCL_NVLS_ENABLE=1) stays off: a"
+    " program that uses it can put every GPU of a shared host out of service, so xpuruntime"
+    " never enables it. Choose 'ring', 'tree' or 'pat', or leave the algorithm to NCCL"
+)
+
+
+class CollectivePolicy(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    metaclass=PolicyStructMeta,
+):
+    """Collective communication (NCCL) for multi-GPU training: what NCCL may use.
+
+    NCCL reads its configuration from the environment once, when a communicator is created,
+    so ``xpuruntime.pytorch.distributed`` applies these settings before the process group
+    starts and reads back what NCCL actually used. ``None`` leaves a setting to NCCL.
+    """
+
+    algorithm: Annotated[
+        CollectiveAlgorithm | None,
+        Meta(
+            description="NCCL algorithm (NCCL_ALGO): ring, tree, collnet_direct,"
+            " collnet_chain or pat (nvls and nvls_tree are refused); None lets NCCL choose."
+        ),
+    ] = None
+    protocol: Annotated[
+        CollectiveProtocol | None,
+        Meta(description="NCCL protocol (NCCL_PROTO): ll, ll128 or simple; None lets NCCL choose."),
+    ] = None
+    min_channels: Annotated[
+        PositiveInt | None, Meta(description="Fewest channels (NCCL_MIN_NCHANNELS).")
+    ] = None
+    max_channels: Annotated[
+        PositiveInt | None, Meta(description="Most channels (NCCL_MAX_NCHANNELS).")
+    ] = None
+    buffer_size: Annotated[
+        PositiveInt | None, Meta(description="Bytes of each channel's buffer (NCCL_BUFFSIZE).")
+    ] = None
+    p2p: Annotated[
+        bool | None, Meta(description="Allow peer-to-peer transport (NCCL_P2P_DISABLE=0/1).")
+    ] = None
+    shm: Annotated[
+        bool | None, Meta(description="Allow shared-memory transport (NCCL_SHM_DISABLE=0/1).")
+    ] = None
+    nvls: Annotated[
+        bool,
+        Meta(description="NVLink multicast (NVLS). Always false: setting it true is an error."),
+    ] = False
+
+    def __post_init__(self) -> None:
+        if self.nvls is not False:
+            raise PolicyValidationError(NVLS_REFUSAL, location="collectives.nvls")
+        if isinstance(self.algorithm, str) and self.algorithm.lower().startswith("nvls"):
+            raise PolicyValidationError(NVLS_REFUSAL, location="collectives.algorithm")
+        for name, choices in (
+            ("algorithm", typing.get_args(CollectiveAlgorithm)),
+            ("protocol", typing.get_args(CollectiveProtocol)),
+        ):
+            value = getattr(self, name)
+            if value is not None and value not in choices:
+                raise PolicyValidationError(
+                    f"unknown {name} {shown(value)}. {choices_hint(str(value), choices)}",
+                    location=f"collectives.{name}",
+                )
+        for name in ("min_channels", "max_channels", "buffer_size"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise PolicyValidationError(
+                    f"expected a positive integer or None, got {shown(value)}",
+                    location=f"collectives.{name}",
+                )
+        for name in ("p2p", "shm"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise PolicyValidationError(
+                    f"expected true, false or None, got {shown(value)}",
+                    location=f"collectives.{name}",
+                )
+        low, high = self.min_channels, self.max_channels
+        if low is not None and high is not None and low > high:
+            raise PolicyConflictError(
+                f"min_channels={low} exceeds max_channels={high}; make min <= max",
+                location="collectives",
+            )
+
+    @property
+    def is_default(self) -> bool:
+        """True when every setting is left to NCCL."""
+        return self == CollectivePolicy()
 
 
 class ExecutionSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -132,6 +238,38 @@ class ExecutionSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         ),
     ] = msgspec.field(default_factory=dict)
 
+    host_shape_compute: Annotated[
+        HostShapeCompute,
+        Meta(
+            description="Whether the engine may run shape computation on the host CPU (ONNX"
+            " Runtime's CPU-preferred shape subgraph, shape nodes OpenVINO or QNN keep on the"
+            " CPU): 'allow' runs and records those nodes, 'forbid' makes them an error that"
+            " names them. Kernel fallbacks follow 'fallback', not this setting."
+        ),
+    ] = "allow"
+    lock: Annotated[
+        LockMode,
+        Meta(
+            description="Decision lockfile: 'record' writes every kernel, algorithm, backend and"
+            " engine-option decision to lock_file; 'replay' uses exactly the locked decisions"
+            " (a choice that cannot be honoured follows 'fallback'); 'off' does neither."
+        ),
+    ] = "off"
+    lock_file: Annotated[
+        str | None, Meta(description="Path of the decision lockfile for lock='record'/'replay'.")
+    ] = None
+    engine_log_level: Annotated[
+        EngineLogLevel,
+        Meta(
+            description="Engines' own log messages at or above this level go to Python logging"
+            " (logger 'xpuruntime.engine.<engine>'); lower ones are dropped."
+        ),
+    ] = "warning"
+    collectives: Annotated[
+        CollectivePolicy,
+        Meta(description="Collective communication (NCCL) settings for multi-GPU training."),
+    ] = msgspec.field(default_factory=CollectivePolicy)
+
 
 class ExecutionPolicy(
     ExecutionSection,
@@ -179,6 +317,13 @@ class ExecutionPolicy(
         check_conflicts(self, self.kernel_policy)
 
     def _check_values(self) -> None:
+        if self.lock != "off" and not self.lock_file:
+            raise PolicyConflictError(
+                f"lock={self.lock!r} needs lock_file (the lockfile to "
+                + ("write" if self.lock == "record" else "read")
+                + "); set lock_file or lock='off'",
+                location="execution.lock_file",
+            )
         if not _DEVICE.match(self.device):
             raise PolicyValidationError(
                 f"unknown device {shown(self.device)}: expected 'auto', 'cpu', 'cuda', 'cuda:N',"
@@ -246,7 +391,8 @@ class ExecutionPolicy(
         """The ``execution`` section of a policy document (unset optional values omitted)."""
         values = {name: getattr(self, name) for name in SECTION_FIELDS}
         plain: dict[str, Any] = msgspec.to_builtins(values)
-        plain["memory"] = {k: v for k, v in plain["memory"].items() if v is not None}
+        for nested in NESTED_SECTIONS:
+            plain[nested] = {k: v for k, v in plain[nested].items() if v is not None}
         return {name: value for name, value in plain.items() if value is not None}
 
     def to_dict(self) -> dict[str, Any]:
@@ -307,3 +453,9 @@ def _check_option_value(value: object, location: str) -> None:
 
 #: The settings a policy file holds in its ``execution`` section.
 SECTION_FIELDS: tuple[str, ...] = ExecutionSection.__struct_fields__
+
+#: Settings of the ``execution`` section that are sub-sections (structs of their own).
+NESTED_SECTIONS: dict[str, type[msgspec.Struct]] = {
+    "memory": MemoryPolicy,
+    "collectives": CollectivePolicy,
+}

@@ -1,11 +1,19 @@
-"""One policy from layers: defaults < file < environment < code.
+"""One policy from layers: defaults < policy (file or object) < environment < arguments.
+
+The same precedence holds everywhere a policy is used (``InferenceSession``, the ``xpuruntime``
+and ``xpuruntime-policy`` CLIs, ``xpuruntime.pytorch``): a policy file or an
+``ExecutionPolicy`` object is the base; ``XPURUNTIME_POLICY_*`` variables override it, so an
+operator can re-target a deployed program without touching its code; explicit keyword
+arguments and CLI flags override both. :func:`layered_policy` also says which layer set each
+setting, and the execution record carries that (``ExecutionRecord.policy_sources``).
 
 Environment variables (all optional):
 
 * ``XPURUNTIME_POLICY_FILE``: the base file when no path is given in code.
 * ``XPURUNTIME_POLICY_<SETTING>``: an execution setting, e.g. ``XPURUNTIME_POLICY_PRECISION=fp16``,
   ``XPURUNTIME_POLICY_ENGINES=tensorrt,onnxruntime``,
-  ``XPURUNTIME_POLICY_MEMORY_LIMIT_BYTES=2147483648``. Booleans read ``1/0/true/false/yes/no/on/off``; lists are comma
+  ``XPURUNTIME_POLICY_MEMORY_LIMIT_BYTES=2147483648``,
+  ``XPURUNTIME_POLICY_COLLECTIVES_ALGORITHM=ring``. Booleans read ``1/0/true/false/yes/no/on/off``; lists are comma
   separated; ``input_shapes`` and ``engine_options`` are JSON; an empty value unsets an
   optional setting.
 * ``XPURUNTIME_POLICY_KERNEL_STRATEGY``: ``first_supported`` or ``best_performance``.
@@ -20,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +38,80 @@ from xpuruntime.policies._convert import union_members
 from xpuruntime.policies._suggest import choices_hint, shown
 from xpuruntime.policies.document import SCHEMA_VERSION, PolicyDocument, load_policy
 from xpuruntime.policies.errors import PolicyValidationError, UnknownFieldError
-from xpuruntime.policies.execution_policy import SECTION_FIELDS, ExecutionPolicy, MemoryPolicy
+from xpuruntime.policies.execution_policy import NESTED_SECTIONS, SECTION_FIELDS, ExecutionPolicy
 from xpuruntime.policies.formats import Format
-from xpuruntime.policies.kernel_policy import MODES
+from xpuruntime.policies.kernel_policy import MODES, KernelPolicy
 
 ENV_PREFIX = "XPURUNTIME_POLICY_"
 FILE_VARIABLE = ENV_PREFIX + "FILE"
 _KERNEL_PREFIX = ENV_PREFIX + "KERNEL_"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+
+#: Layer names, lowest first, as they appear in :attr:`LayeredPolicy.sources`.
+DEFAULT_LAYER = "default"
+POLICY_LAYER = "policy"
+ENVIRONMENT_LAYER = "environment"
+ARGUMENT_LAYER = "argument"
+
+
+class LayeredPolicy(msgspec.Struct, frozen=True):
+    """The effective policy and, for every setting some layer set, which layer that was.
+
+    ``sources`` maps dotted setting paths (``execution.precision``, ``kernel.ops.matmul``) to
+    ``"policy"`` (the file or ExecutionPolicy object; ``"policy <path>"`` for a file),
+    ``"environment (XPURUNTIME_POLICY_...)"`` or ``"argument"``. Settings no layer set keep
+    their defaults and are absent.
+    """
+
+    policy: ExecutionPolicy
+    sources: dict[str, str]
+
+    def source_of(self, setting: str) -> str:
+        """The layer that set ``setting`` (a dotted path), ``"default"`` when none did."""
+        return self.sources.get(setting, DEFAULT_LAYER)
+
+
+def layered_policy(
+    base: ExecutionPolicy | PolicyDocument | str | Path | None = None,
+    *,
+    arguments: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    format: Format | None = None,
+) -> LayeredPolicy:
+    """The effective ExecutionPolicy: defaults < ``base`` < environment < ``arguments``.
+
+    ``base`` is an ExecutionPolicy or PolicyDocument (code), the path of a policy file, or
+    None (then ``$XPURUNTIME_POLICY_FILE``, else the defaults). ``environ`` (``os.environ``
+    by default; ``{}`` ignores the environment) supplies ``XPURUNTIME_POLICY_*``; an unknown
+    such variable is an UnknownFieldError with a suggestion. ``arguments`` is a partial
+    document from explicit arguments or CLI flags, for example ``{"execution": {"device":
+    "cuda"}}``. Each layer is checked as it is applied, so an error names its layer.
+    """
+    env = os.environ if environ is None else environ
+    data: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
+    sources: dict[str, str] = {}
+    if base is None:
+        base = env.get(FILE_VARIABLE) or None
+    if isinstance(base, ExecutionPolicy):
+        base = PolicyDocument(execution=base)
+    if isinstance(base, PolicyDocument):
+        data = base.to_dict()
+        _note(sources, _non_default_paths(data), POLICY_LAYER)
+    elif base is not None:
+        data = load_policy(base, format=format).to_dict()
+        _note(sources, _non_default_paths(data), f"{POLICY_LAYER} {base}")
+    from_env, variables = _environment_layer_with_names(env)
+    if from_env:
+        data = merge(data, from_env)
+        PolicyDocument.from_dict(data, source=f"environment ({ENV_PREFIX}*)")
+        for path in _leaf_paths(from_env):
+            sources[path] = f"{ENVIRONMENT_LAYER} ({variables[path]})"
+    if arguments:
+        data = merge(data, arguments)
+        _note(sources, _leaf_paths(arguments), ARGUMENT_LAYER)
+    document = PolicyDocument.from_dict(data, source="arguments" if arguments else None)
+    return LayeredPolicy(document.execution_policy(), sources)
 
 
 def resolve_policy(
@@ -86,7 +159,15 @@ def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any
 
 def environment_layer(environ: Mapping[str, str]) -> dict[str, Any]:
     """The partial document the ``XPURUNTIME_POLICY_*`` variables in ``environ`` describe."""
+    return _environment_layer_with_names(environ)[0]
+
+
+def _environment_layer_with_names(
+    environ: Mapping[str, str],
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The environment's partial document and, per dotted setting, the variable that set it."""
     settings = _environment_settings()
+    names: dict[str, str] = {}
     execution: dict[str, Any] = {}
     kernel: dict[str, Any] = {}
     for name in sorted(environ):
@@ -95,14 +176,17 @@ def environment_layer(environ: Mapping[str, str]) -> dict[str, Any]:
         raw = environ[name]
         if name == _KERNEL_PREFIX + "STRATEGY":
             kernel["strategy"] = raw
+            names["kernel.strategy"] = name
         elif name.startswith(_KERNEL_PREFIX):
             op = name.removeprefix(_KERNEL_PREFIX).lower()
             kernel.setdefault("ops", {})[op] = _op_entry(raw)
+            names[f"kernel.ops.{op}"] = name
         elif name in settings:
             section, setting, tp = settings[name]
             value = _parse_value(raw, tp, name)
             target = execution if section is None else execution.setdefault(section, {})
             target[setting] = value
+            names[".".join(filter(None, ("execution", section, setting)))] = name
         else:
             valid = [*settings, FILE_VARIABLE, _KERNEL_PREFIX + "STRATEGY", _KERNEL_PREFIX + "<OP>"]
             raise UnknownFieldError(
@@ -114,7 +198,7 @@ def environment_layer(environ: Mapping[str, str]) -> dict[str, Any]:
         layer["execution"] = execution
     if kernel:
         layer["kernel"] = kernel
-    return layer
+    return layer, names
 
 
 def _environment_settings() -> dict[str, tuple[str | None, str, Any]]:
@@ -123,9 +207,11 @@ def _environment_settings() -> dict[str, tuple[str | None, str, Any]]:
     for info in msgspec.structs.fields(ExecutionPolicy):
         if info.name not in SECTION_FIELDS:
             continue
-        if info.name == "memory":
-            for sub in msgspec.structs.fields(MemoryPolicy):
-                names[f"{ENV_PREFIX}MEMORY_{sub.name.upper()}"] = ("memory", sub.name, sub.type)
+        nested = NESTED_SECTIONS.get(info.name)
+        if nested is not None:
+            for sub in msgspec.structs.fields(nested):
+                variable = f"{ENV_PREFIX}{info.name.upper()}_{sub.name.upper()}"
+                names[variable] = (info.name, sub.name, sub.type)
         else:
             names[ENV_PREFIX + info.name.upper()] = (None, info.name, info.type)
     return names
@@ -160,3 +246,47 @@ def _parse_value(raw: str, tp: Any, variable: str) -> Any:
             f"cannot read {shown(raw)}: {exc}", location=variable, source="environment"
         ) from None
     return raw
+
+
+# Settings whose value is a mapping of user-chosen keys: a layer sets them as a whole.
+_OPAQUE_MAPPINGS = frozenset({"execution.input_shapes", "execution.engine_options"})
+
+
+def _leaf_paths(partial: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
+    """Dotted paths of the settings a partial document sets (``schema_version`` excluded)."""
+    for key, value in partial.items():
+        if not prefix and key == "schema_version":
+            continue
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value and path not in _OPAQUE_MAPPINGS:
+            yield from _leaf_paths(value, path)
+        else:
+            yield path
+
+
+def _non_default_paths(document: Mapping[str, Any]) -> Iterator[str]:
+    """Paths of a full document whose value differs from the defaults' document."""
+    defaults = dict(_leaf_values(PolicyDocument(execution=ExecutionPolicy()).to_dict()))
+    defaults.update(_leaf_values(PolicyDocument(kernel=KernelPolicy()).to_dict()))
+    for path, value in _leaf_values(document):
+        if defaults.get(path, _ABSENT) != value:
+            yield path
+
+
+_ABSENT = object()
+
+
+def _leaf_values(partial: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in partial.items():
+        if not prefix and key == "schema_version":
+            continue
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value and path not in _OPAQUE_MAPPINGS:
+            yield from _leaf_values(value, path)
+        else:
+            yield path, value
+
+
+def _note(sources: dict[str, str], paths: Iterator[str], layer: str) -> None:
+    for path in paths:
+        sources[path] = layer
