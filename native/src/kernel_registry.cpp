@@ -1,5 +1,7 @@
 #include "xpuruntime/kernel_registry.h"
 
+#include <mutex>
+
 #include "xpuruntime/errors.h"
 
 namespace xrt {

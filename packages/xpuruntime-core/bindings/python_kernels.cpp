@@ -100,6 +100,22 @@ void bind_python_kernels(py::module_& m) {
         "returns '' when it can run the query, else why not; run(inputs, scalars, output, "
         "stream) runs it and returns a detail for the decision log; measure(op, shape, dtype, "
         "device) returns median milliseconds (optional, for BestPerformance).");
+  // Runs a registered kernel directly on xpuruntime Tensors (what a native op does after the
+  // Dispatcher resolved it); returns the kernel's detail.
+  m.def("run_kernel",
+        [](const std::string& op, const std::string& kernel, const std::vector<xrt::Tensor>& inputs,
+           const std::vector<double>& scalars, xrt::Tensor output, std::uintptr_t stream) {
+          const xrt::KernelDef& def = xrt::KernelRegistry::instance().find(op, kernel);
+          xrt::KernelCall call;
+          for (const auto& t : inputs) call.inputs.push_back(&t);
+          call.scalars = scalars;
+          call.output = &output;
+          call.stream = reinterpret_cast<void*>(stream);
+          py::gil_scoped_release release;  // native kernels run without it; Python ones retake it
+          return def.run(call);
+        },
+        py::arg("op"), py::arg("kernel"), py::arg("inputs"), py::arg("scalars"), py::arg("output"),
+        py::arg("stream") = 0);
 }
 
 }  // namespace xrt_py

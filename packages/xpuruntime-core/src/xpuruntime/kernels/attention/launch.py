@@ -285,13 +285,21 @@ def forward(
     varlen: Varlen | None = None,
     stream: int | None = None,
     tiles: TileConfig | None = None,
+    out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, str]:
     """(output, log-sum-exp, detail). The log-sum-exp is float32, natural log, shaped
-    (batch, heads, seqlen_q), or (heads, total_q) for ``layout="thd"``."""
+    (batch, heads, seqlen_q), or (heads, total_q) for ``layout="thd"``. ``out`` (same shape
+    and dtype as ``q``, unit stride in the head dimension) receives the output if given."""
     q, k, v = (_inner_contiguous(x) for x in (q, k, v))
     g = _geometry(q, k, layout, varlen)
     scale = 1.0 / math.sqrt(g.head_dim) if scale is None else float(scale)
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
+        raise UnsupportedOperationError(
+            f"xrt_flash: the output buffer must match the query ({tuple(q.shape)} {q.dtype}, "
+            f"unit stride in the head dimension), got {tuple(out.shape)} {out.dtype}"
+        )
     if layout == "thd":
         lse = torch.empty((g.heads, q.shape[0]), dtype=torch.float32, device=q.device)
         lse_strides = (0, lse.stride(0))
