@@ -61,7 +61,7 @@ def _capability(index: int) -> tuple[int, int] | None:
 def _device_reason(device: str) -> str:
     if device == "cpu":
         if os.environ.get("TRITON_INTERPRET", "0") == "1":
-            return ""  # Triton's CPU interpreter (tests)
+            return _missing_packages()  # Triton's CPU interpreter (tests)
         return (
             "runs on NVIDIA GPUs of compute capability 8.0 or newer (the input is on the CPU; "
             "set TRITON_INTERPRET=1 only to test the kernel in Triton's slow CPU interpreter)"
@@ -97,7 +97,6 @@ def unsupported_reason(op: str, shape: Sequence[int], dtype: str, device: str) -
             f"query heads ({heads}) must be a multiple of key/value heads ({kv_heads}) "
             "for grouped-query attention"
         )
-    missing = _missing_packages()
-    if missing:
-        return missing
-    return _device_reason(device)
+    if device == "cpu" or not device.startswith("cuda"):
+        return _device_reason(device)
+    return _missing_packages() or _device_reason(device)
