@@ -1,6 +1,6 @@
 """``xrt_flash``: xpuruntime's FlashAttention-class attention kernels (forward and backward).
 
-Written in Triton (see ``docs/architecture.md``, "Attention kernels", for why): one source
+Written in Triton (``docs/attention.md`` says why): one source
 compiles for sm_80 and sm_90 (``tl.dot`` becomes wgmma on Hopper; loads go through the tensor
 memory accelerator there), JIT-compiled on first use into Triton's content-addressed cache,
 and testable without a GPU in Triton's interpreter (``TRITON_INTERPRET=1``).
