@@ -76,7 +76,9 @@ def _detail() -> str:
 class _Ours:
     def __init__(self, q: Any, k: Any, v: Any, causal: bool) -> None:
         self.q, self.k, self.v, self.causal = q, k, v, causal
-        self.out, self.lse = ops.attention(q, k, v, causal=causal, layout="bhsd", return_lse=True, policy=PIN)
+        self.out, self.lse = ops.attention(
+            q, k, v, causal=causal, layout="bhsd", return_lse=True, policy=PIN
+        )
         self.forward_detail = _detail()
         self.do = torch.randn_like(self.out)
 
@@ -125,7 +127,10 @@ def _reference(q: Any, k: Any, v: Any, causal: bool, do: Any) -> tuple[Any, ...]
 def _errors(results: tuple[Any, ...], ref: tuple[Any, ...]) -> dict[str, list[float]]:
     names = ("out", "dq", "dk", "dv")
     return {
-        name: [(got[:1].float() - want).abs().max().item(), (got[:1].float() - want).abs().mean().item()]
+        name: [
+            (got[:1].float() - want).abs().max().item(),
+            (got[:1].float() - want).abs().mean().item(),
+        ]
         for name, got, want in zip(names, results, ref, strict=True)
     }
 
@@ -133,9 +138,18 @@ def _errors(results: tuple[Any, ...], ref: tuple[Any, ...]) -> dict[str, list[fl
 def bench_case(seq: int, dim: int, causal: bool, repeats: int, impls: list[str]) -> dict[str, Any]:
     batch, heads = TOKENS // seq, HIDDEN // dim
     gen = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in range(3))
+    q, k, v = (
+        torch.randn(batch, heads, seq, dim, device="cuda", generator=gen, dtype=torch.bfloat16)
+        for _ in range(3)
+    )
     flops = _flops(batch, heads, seq, dim, causal)
-    row: dict[str, Any] = {"seqlen": seq, "head_dim": dim, "causal": causal, "batch": batch, "heads": heads}
+    row: dict[str, Any] = {
+        "seqlen": seq,
+        "head_dim": dim,
+        "causal": causal,
+        "batch": batch,
+        "heads": heads,
+    }
     runners: dict[str, Any] = {}
     start = time.perf_counter()
     runners["xrt_flash"] = ours = _Ours(q, k, v, causal)
@@ -165,7 +179,11 @@ def bench_case(seq: int, dim: int, causal: bool, repeats: int, impls: list[str])
             row[f"bwd_vs_{peer}"] = round(mine["bwd_tflops"] / row[peer]["bwd_tflops"], 3)
     if seq <= 2048:
         ref = _reference(q, k, v, causal, ours.do)
-        row["errors"] = {name: _errors(runners[name].results(), ref) for name in ("xrt_flash", "flash") if name in runners}
+        row["errors"] = {
+            name: _errors(runners[name].results(), ref)
+            for name in ("xrt_flash", "flash")
+            if name in runners
+        }
     del runners
     torch.cuda.empty_cache()
     return row
@@ -195,7 +213,8 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     print(head)
     print("-" * len(head))
     for r in rows:
-        def t(name: str, key: str) -> str:
+
+        def t(name: str, key: str, r: dict[str, Any] = r) -> str:
             return f"{r[name][key]:.0f}" if name in r else "-"
 
         err = "-"
@@ -232,11 +251,19 @@ def main() -> None:
         for causal in (False, True):
             for seq in seqs:
                 rows.append(bench_case(seq, dim, causal, args.repeats, impls))
-                print(f"  hd{dim} S{seq} {'causal' if causal else 'full'}: done ({time.perf_counter() - started:.0f} s)", flush=True)
+                print(
+                    f"  hd{dim} S{seq} {'causal' if causal else 'full'}: done ({time.perf_counter() - started:.0f} s)",
+                    flush=True,
+                )
     _print_table(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "attention_bench.json"
-    path.write_text(json.dumps({"environment": env, "cases": rows, "wall_s": round(time.perf_counter() - started, 1)}, indent=1))
+    path.write_text(
+        json.dumps(
+            {"environment": env, "cases": rows, "wall_s": round(time.perf_counter() - started, 1)},
+            indent=1,
+        )
+    )
     print(f"wrote {path} ({time.perf_counter() - started:.0f} s)")
 
 

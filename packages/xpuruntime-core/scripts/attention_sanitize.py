@@ -13,23 +13,33 @@ from xpuruntime.kernels.attention.tiles import candidates
 
 def dense(heads: int, kv_heads: int, seq: int, dim: int, causal: bool) -> None:
     q = torch.randn(2, heads, seq, dim, device="cuda", dtype=torch.bfloat16)
-    k, v = (torch.randn(2, kv_heads, seq, dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    k, v = (
+        torch.randn(2, kv_heads, seq, dim, device="cuda", dtype=torch.bfloat16) for _ in range(2)
+    )
     capability = torch.cuda.get_device_capability()
     # every forward candidate: both the tensor-descriptor (TMA) and the pointer load paths
     for tiles in candidates("forward", dim, capability):
         out, lse, _ = launch.forward(q, k, v, causal=causal, scale=None, layout="bhsd", tiles=tiles)
-    dq, dk, dv = ops.attention_backward(torch.randn_like(out), q, k, v, out, lse, causal=causal, layout="bhsd")
+    dq, dk, dv = ops.attention_backward(
+        torch.randn_like(out), q, k, v, out, lse, causal=causal, layout="bhsd"
+    )
     torch.cuda.synchronize()
     assert all(torch.isfinite(t).all() for t in (out, dq, dk, dv))
 
 
 def packed(causal: bool) -> None:
     lengths = [70, 0, 129, 1]
-    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    cu = torch.tensor(
+        [0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda"
+    )
     q = torch.randn(sum(lengths), 4, 64, device="cuda", dtype=torch.float16)
     k, v = (torch.randn(sum(lengths), 2, 64, device="cuda", dtype=torch.float16) for _ in range(2))
-    out, lse = ops.attention(q, k, v, causal=causal, cu_seqlens_q=cu, cu_seqlens_k=cu, return_lse=True)
-    grads = ops.attention_backward(torch.randn_like(out), q, k, v, out, lse, causal=causal, cu_seqlens_q=cu, cu_seqlens_k=cu)
+    out, lse = ops.attention(
+        q, k, v, causal=causal, cu_seqlens_q=cu, cu_seqlens_k=cu, return_lse=True
+    )
+    grads = ops.attention_backward(
+        torch.randn_like(out), q, k, v, out, lse, causal=causal, cu_seqlens_q=cu, cu_seqlens_k=cu
+    )
     torch.cuda.synchronize()
     assert all(torch.isfinite(t).all() for t in (out, *grads))
 

@@ -92,11 +92,20 @@ def test_numerics_no_worse_than_flash_attention_2(
     v = torch.randn(batch, kv_heads, seq, dim, device="cuda", generator=gen).to(dtype)
     do = torch.randn(batch, heads, seq, dim, device="cuda", generator=gen).to(dtype)
     ref = _reference(q, k, v, causal, do)
-    ours, theirs = _errors(_xrt(q, k, v, causal, do), ref), _errors(_flash(q, k, v, causal, do), ref)
-    for name, (o_max, o_mean), (f_max, f_mean) in zip(("out", "dq", "dk", "dv"), ours, theirs, strict=True):
-        print(f"{name}: xrt_flash max {o_max:.3e} mean {o_mean:.3e} | flash max {f_max:.3e} mean {f_mean:.3e}")
+    ours, theirs = (
+        _errors(_xrt(q, k, v, causal, do), ref),
+        _errors(_flash(q, k, v, causal, do), ref),
+    )
+    for name, (o_max, o_mean), (f_max, f_mean) in zip(
+        ("out", "dq", "dk", "dv"), ours, theirs, strict=True
+    ):
+        print(
+            f"{name}: xrt_flash max {o_max:.3e} mean {o_mean:.3e} | flash max {f_max:.3e} mean {f_mean:.3e}"
+        )
         assert o_max <= FACTOR * f_max + FLOOR[dtype], f"{name} max error {o_max} vs flash {f_max}"
-        assert o_mean <= FACTOR * f_mean + FLOOR[dtype] / 8, f"{name} mean error {o_mean} vs flash {f_mean}"
+        assert o_mean <= FACTOR * f_mean + FLOOR[dtype] / 8, (
+            f"{name} mean error {o_mean} vs flash {f_mean}"
+        )
 
 
 def test_variable_length_matches_padded_batches() -> None:
@@ -107,13 +116,17 @@ def test_variable_length_matches_padded_batches() -> None:
     q = torch.randn(total, heads, dim, device="cuda", generator=gen).to(dtype)
     k = torch.randn(total, kv_heads, dim, device="cuda", generator=gen).to(dtype)
     v = torch.randn(total, kv_heads, dim, device="cuda", generator=gen).to(dtype)
-    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    cu = torch.tensor(
+        [0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda"
+    )
     out, lse = ops.attention(
         q, k, v, causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max(lengths),
         max_seqlen_k=max(lengths), return_lse=True, policy=PIN,
     )  # fmt: skip
     do = torch.randn_like(out)
-    dq, dk, dv = ops.attention_backward(do, q, k, v, out, lse, causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu)
+    dq, dk, dv = ops.attention_backward(
+        do, q, k, v, out, lse, causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu
+    )
     for i, n in enumerate(lengths):
         if n == 0:
             continue
@@ -130,7 +143,9 @@ def test_other_head_sizes(dim: int) -> None:
     q, k, v = (torch.randn(1, 4, 700, dim, device="cuda", dtype=torch.float16) for _ in range(3))
     do = torch.randn_like(q)
     ref = _reference(q, k, v, True, do)
-    for name, got, want in zip(("out", "dq", "dk", "dv"), _xrt(q, k, v, True, do), ref, strict=True):
+    for name, got, want in zip(
+        ("out", "dq", "dk", "dv"), _xrt(q, k, v, True, do), ref, strict=True
+    ):
         err = (got.float() - want).abs().max().item()
         assert err < 2e-2, f"head size {dim} {name}: max error {err}"
 
@@ -146,12 +161,25 @@ def test_every_tile_candidate_compiles_and_agrees() -> None:
     do = torch.randn_like(q)
     ref = _reference(q, k, v, True, do)
     for tiles in candidates("forward", 128, capability):
-        out, lse, detail = launch.forward(q, k, v, causal=True, scale=None, layout="bhsd", tiles=tiles)
+        out, lse, detail = launch.forward(
+            q, k, v, causal=True, scale=None, layout="bhsd", tiles=tiles
+        )
         assert (out.float() - ref[0]).abs().max().item() < 2e-2, detail
     out, lse = ops.attention(q, k, v, causal=True, layout="bhsd", return_lse=True)
     for dkdv in candidates("dkdv", 128, capability):
         for dq_tiles in candidates("dq", 128, capability)[:1]:
-            grads = launch.backward(do, q, k, v, out, lse, causal=True, scale=None, layout="bhsd", tiles=(dkdv, dq_tiles))
+            grads = launch.backward(
+                do,
+                q,
+                k,
+                v,
+                out,
+                lse,
+                causal=True,
+                scale=None,
+                layout="bhsd",
+                tiles=(dkdv, dq_tiles),
+            )
             for got, want in zip(grads[:3], ref[1:], strict=True):
                 assert (got.float() - want).abs().max().item() < 5e-2, grads[3]
 

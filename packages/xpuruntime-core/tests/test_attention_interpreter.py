@@ -31,7 +31,9 @@ from xpuruntime.runtime.errors import InvalidArgumentError, UnsupportedOperation
 from xpuruntime.runtime.record import ExecutionRecord  # noqa: E402
 
 # Triton's interpreter converts one-element arrays to loop bounds (NumPy deprecates that).
-pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim:DeprecationWarning")
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Conversion of an array with ndim:DeprecationWarning"
+)
 
 PIN = KernelPolicy(attention="xrt_flash")
 # Largest absolute error allowed against the float32 reference, by input dtype: a few units
@@ -39,9 +41,7 @@ PIN = KernelPolicy(attention="xrt_flash")
 TOLERANCE = {torch.float16: 4e-3, torch.bfloat16: 3e-2}
 
 
-def reference(
-    q: Any, k: Any, v: Any, causal: bool, scale: float | None = None
-) -> tuple[Any, Any]:
+def reference(q: Any, k: Any, v: Any, causal: bool, scale: float | None = None) -> tuple[Any, Any]:
     """float32 attention on (batch, heads, seq, dim) inputs: (output, natural-log lse)."""
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, 1).float(), v.repeat_interleave(group, 1).float()
@@ -63,7 +63,9 @@ def inputs(
     return q, k, v
 
 
-def grads_reference(q: Any, k: Any, v: Any, do: Any, causal: bool, scale: float | None = None) -> tuple[Any, ...]:
+def grads_reference(
+    q: Any, k: Any, v: Any, do: Any, causal: bool, scale: float | None = None
+) -> tuple[Any, ...]:
     leaves = [t.float().requires_grad_() for t in (q, k, v)]
     out, _ = reference(*leaves, causal, scale)
     return torch.autograd.grad(out, leaves, do.float())
@@ -99,14 +101,16 @@ def test_forward_and_backward_match_float32(
     q, k, v = inputs(batch, heads, kv_heads, sq, sk, dim, dtype)
     out, lse = ops.attention(q, k, v, causal=causal, layout="bhsd", return_lse=True, policy=PIN)
     ref_out, ref_lse = reference(q, k, v, causal)
-    assert out.shape == q.shape and out.dtype == dtype and lse.dtype == torch.float32
+    assert (out.shape, out.dtype, lse.dtype) == (q.shape, dtype, torch.float32)
     assert_close(out, ref_out, dtype, "output")
     torch.testing.assert_close(lse, ref_lse, atol=1e-3, rtol=1e-4)
 
     do = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
     dq, dk, dv = ops.attention_backward(do, q, k, v, out, lse, causal=causal, layout="bhsd")
     assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
-    for name, got, want in zip(("dq", "dk", "dv"), (dq, dk, dv), grads_reference(q, k, v, do, causal), strict=True):
+    for name, got, want in zip(
+        ("dq", "dk", "dv"), (dq, dk, dv), grads_reference(q, k, v, do, causal), strict=True
+    ):
         assert_close(got, want, dtype, name, factor=2.0)
 
 
@@ -145,10 +149,14 @@ def test_variable_length_batch_matches_each_sequence() -> None:
     cu_q = torch.tensor([0, *torch.tensor(lengths_q).cumsum(0).tolist()], dtype=torch.int32)
     cu_k = torch.tensor([0, *torch.tensor(lengths_k).cumsum(0).tolist()], dtype=torch.int32)
     for causal in (False, True):
-        out, lse = ops.attention(q, k, v, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True)
+        out, lse = ops.attention(
+            q, k, v, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True
+        )
         assert lse.shape == (heads, q.shape[0])
         do = torch.randn(out.shape, generator=gen).to(dtype)
-        dq, dk, dv = ops.attention_backward(do, q, k, v, out, lse, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+        dq, dk, dv = ops.attention_backward(
+            do, q, k, v, out, lse, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k
+        )
         for i in range(len(lengths_q)):
             qs, ks = slice(cu_q[i], cu_q[i + 1]), slice(cu_k[i], cu_k[i + 1])
             if lengths_q[i] == 0:
@@ -158,8 +166,12 @@ def test_variable_length_batch_matches_each_sequence() -> None:
             assert_close(out[qs].transpose(0, 1), ref_out[0], dtype, f"sequence {i}")
             torch.testing.assert_close(lse[:, qs], ref_lse[0], atol=1e-3, rtol=1e-4)
             ref_grads = grads_reference(*seq, do[qs].transpose(0, 1).unsqueeze(0), causal)
-            for name, got, want in zip(("dq", "dk", "dv"), (dq[qs], dk[ks], dv[ks]), ref_grads, strict=True):
-                assert_close(got.transpose(0, 1), want[0], dtype, f"{name} of sequence {i}", factor=2.0)
+            for name, got, want in zip(
+                ("dq", "dk", "dv"), (dq[qs], dk[ks], dv[ks]), ref_grads, strict=True
+            ):
+                assert_close(
+                    got.transpose(0, 1), want[0], dtype, f"{name} of sequence {i}", factor=2.0
+                )
         # key rows of the sequence without queries get no gradient
         assert dk[cu_k[1] : cu_k[2]].abs().max().item() == 0.0
 
@@ -176,7 +188,9 @@ def test_variable_length_batch_matches_each_sequence() -> None:
 def test_gpu_tile_shapes_and_tma_variant(tiles: TileConfig) -> None:
     q, k, v = inputs(1, 2, 1, 150, 150, 64, torch.float16)
     for causal in (False, True):
-        out, lse, detail = launch.forward(q, k, v, causal=causal, scale=None, layout="bhsd", tiles=tiles)
+        out, lse, detail = launch.forward(
+            q, k, v, causal=causal, scale=None, layout="bhsd", tiles=tiles
+        )
         assert tiles.describe() in detail
         ref_out, ref_lse = reference(q, k, v, causal)
         assert_close(out, ref_out, torch.float16, detail)
@@ -188,7 +202,9 @@ def test_gpu_backward_tile_shapes() -> None:
     out, lse = ops.attention(q, k, v, causal=True, layout="bhsd", return_lse=True)
     do = torch.randn_like(out)
     tiles = (TileConfig(64, 128, 8, 3), TileConfig(128, 64, 8, 3))
-    dq, dk, dv, _ = launch.backward(do, q, k, v, out, lse, causal=True, scale=None, layout="bhsd", tiles=tiles)
+    dq, dk, dv, _ = launch.backward(
+        do, q, k, v, out, lse, causal=True, scale=None, layout="bhsd", tiles=tiles
+    )
     for got, want in zip((dq, dk, dv), grads_reference(q, k, v, do, True), strict=True):
         assert_close(got, want, torch.bfloat16, "grad", factor=2.0)
 
@@ -199,11 +215,16 @@ def test_decision_and_record_name_the_kernel_and_tiles() -> None:
     ops.attention(q, k, v, layout="bhsd", policy=PIN, record=record)
     decision = ops.last_decision()
     assert decision is not None
-    assert (decision.kernel, decision.library, decision.mode) == ("xrt_flash", "xpuruntime Triton", "pin")
+    assert (decision.kernel, decision.library, decision.mode) == (
+        "xrt_flash",
+        "xpuruntime Triton",
+        "pin",
+    )
     assert decision.shape == "[1, 20, 20, 2, 2, 64, 0, 0]"
     assert "triton forward BLOCK_M=" in decision.detail
     (entry,) = record.decisions
-    assert entry.kernel == "xrt_flash" and "triton forward" in entry.reason
+    assert entry.kernel == "xrt_flash"
+    assert "triton forward" in entry.reason
 
 
 def test_bad_inputs_get_clear_errors() -> None:
@@ -218,8 +239,8 @@ def test_bad_inputs_get_clear_errors() -> None:
         ops.attention(q[0], k[0], v[0])
     with pytest.raises(InvalidArgumentError, match="both cu_seqlens_q and cu_seqlens_k"):
         ops.attention(q[0], k[0], v[0], cu_seqlens_q=torch.tensor([0, 2], dtype=torch.int32))
+    cu = torch.tensor([0, 2])
     with pytest.raises(InvalidArgumentError, match="int32"):
-        cu = torch.tensor([0, 2])
         ops.attention(q[0], k[0], v[0], cu_seqlens_q=cu, cu_seqlens_k=cu)
     out, lse = ops.attention(q, k, v, layout="bhsd", return_lse=True)
     with pytest.raises(InvalidArgumentError, match="log-sum-exp of shape"):

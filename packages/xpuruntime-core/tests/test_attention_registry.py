@@ -27,7 +27,14 @@ from xpuruntime.runtime.errors import (
 from xpuruntime.runtime.native import core
 
 SHAPE = query_shape(
-    batch=2, seqlen_q=128, seqlen_k=128, heads=8, kv_heads=2, head_dim=128, causal=True, varlen=False
+    batch=2,
+    seqlen_q=128,
+    seqlen_k=128,
+    heads=8,
+    kv_heads=2,
+    head_dim=128,
+    causal=True,
+    varlen=False,
 )
 
 
@@ -46,10 +53,19 @@ def test_xrt_flash_is_registered_for_attention() -> None:
         ({"device": "cpu"}, "runs on NVIDIA GPUs of compute capability 8.0 or newer"),
     ],
 )
-def test_unsupported_reasons(change: dict[str, Any], expected: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unsupported_reasons(
+    change: dict[str, Any], expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     fields = dict(
-        batch=2, seqlen_q=64, seqlen_k=64, heads=8, kv_heads=2, head_dim=64, causal=False, varlen=False
+        batch=2,
+        seqlen_q=64,
+        seqlen_k=64,
+        heads=8,
+        kv_heads=2,
+        head_dim=64,
+        causal=False,
+        varlen=False,
     )
     dtype, device = change.pop("dtype", "bfloat16"), change.pop("device", "cpu")
     fields.update(change)
@@ -57,8 +73,10 @@ def test_unsupported_reasons(change: dict[str, Any], expected: str, monkeypatch:
 
 
 def test_pinned_xrt_flash_that_cannot_run_raises_with_the_reason() -> None:
-    with pytest.raises(UnsupportedOperationError, match="pins attention to 'xrt_flash'.*float32"):
-        rt.dispatcher.resolve("attention", SHAPE, "float32", "cuda:0", KernelPolicy(attention=KERNEL))
+    with pytest.raises(UnsupportedOperationError, match=r"pins attention to 'xrt_flash'.*float32"):
+        rt.dispatcher.resolve(
+            "attention", SHAPE, "float32", "cuda:0", KernelPolicy(attention=KERNEL)
+        )
 
 
 def test_supports_reports_the_reason() -> None:
@@ -122,7 +140,9 @@ def test_python_kernel_resolves_runs_and_is_logged() -> None:
     assert calls[0] == ("reason", "test_scale", (3,), "float32", "cpu")
     x = np.arange(3, dtype=np.float32)
     out = np.zeros(3, np.float32)
-    detail = core().run_kernel("test_scale", "py_scale", [core().from_dlpack(x)], [2.0], core().from_dlpack(out), 7)
+    detail = core().run_kernel(
+        "test_scale", "py_scale", [core().from_dlpack(x)], [2.0], core().from_dlpack(out), 7
+    )
     assert detail == "scaled by 2.0"
     np.testing.assert_array_equal(out, [0.0, 2.0, 4.0])
     assert calls[-1] == ("run", 7)
@@ -139,7 +159,7 @@ def test_python_kernel_errors_become_typed_errors() -> None:
         raise InvalidArgumentError("bad input to the kernel")
 
     core().register_python_kernel("test_broken", "py_broken", "test", broken, run)
-    with pytest.raises(XpuRuntimeError, match="support check of kernel 'py_broken'.*blew up"):
+    with pytest.raises(XpuRuntimeError, match=r"support check of kernel 'py_broken'.*blew up"):
         rt.dispatcher.resolve("test_broken", [1], "float32", "cpu")
     x = np.zeros(1, np.float32)
     with pytest.raises(InvalidArgumentError, match="bad input to the kernel"):
@@ -156,7 +176,10 @@ def test_python_kernel_resolves_from_threads() -> None:
     def resolve(i: int) -> None:
         try:
             for n in range(20):
-                assert rt.dispatcher.resolve("test_threads", [i, n], "float32", "cpu").kernel == "py_scale"
+                assert (
+                    rt.dispatcher.resolve("test_threads", [i, n], "float32", "cpu").kernel
+                    == "py_scale"
+                )
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 

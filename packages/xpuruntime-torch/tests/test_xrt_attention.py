@@ -16,18 +16,22 @@ if os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("run with TRITON_INTERPRET=1 (nox -s attention)", allow_module_level=True)
 pytest.importorskip("triton")
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
-import xpuruntime.pytorch as xrt_torch  # noqa: E402
-from xpuruntime.policies import ExecutionPolicy, OpPolicy  # noqa: E402
-from xpuruntime.pytorch.ops import fused_attention  # noqa: E402
-from xpuruntime.runtime.errors import FallbackError, UnsupportedOperationError  # noqa: E402
+import xpuruntime.pytorch as xrt_torch
+from xpuruntime.policies import ExecutionPolicy, OpPolicy
+from xpuruntime.pytorch.ops import fused_attention
+from xpuruntime.runtime.errors import FallbackError, UnsupportedOperationError
 
-pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim:DeprecationWarning")
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Conversion of an array with ndim:DeprecationWarning"
+)
 
 
-def _inputs(heads: int = 4, kv_heads: int = 2, seq: int = 40, dim: int = 64, dtype: Any = torch.float16) -> list[Any]:
+def _inputs(
+    heads: int = 4, kv_heads: int = 2, seq: int = 40, dim: int = 64, dtype: Any = torch.float16
+) -> list[Any]:
     gen = torch.Generator().manual_seed(0)
     shapes = [(2, heads, seq, dim), (2, kv_heads, seq, dim), (2, kv_heads, seq, dim)]
     return [torch.randn(s, generator=gen).to(dtype).requires_grad_() for s in shapes]
@@ -62,8 +66,20 @@ def test_opcheck_forward_and_backward_ops() -> None:
     args = (q, k, v, True, None, "pin")
     results = torch.library.opcheck(torch.ops.xpuruntime.xrt_flash_attention.default, args)
     assert set(results.values()) == {"SUCCESS"}, results
-    out, lse = torch.ops.xpuruntime.xrt_flash_attention(*(t.detach() for t in (q, k, v)), True, None, "pin")
-    backward_args = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out, lse, True, None, "pin")
+    out, lse = torch.ops.xpuruntime.xrt_flash_attention(
+        *(t.detach() for t in (q, k, v)), True, None, "pin"
+    )
+    backward_args = (
+        torch.randn_like(out),
+        q.detach(),
+        k.detach(),
+        v.detach(),
+        out,
+        lse,
+        True,
+        None,
+        "pin",
+    )
     results = torch.library.opcheck(
         torch.ops.xpuruntime.xrt_flash_attention_backward.default, backward_args,
         test_utils=("test_schema", "test_faketensor"),
@@ -83,19 +99,22 @@ def test_compiles_as_one_graph() -> None:
         loss.backward()
         eager = step(*(t.detach().requires_grad_() for t in (q, k, v)))
     torch.testing.assert_close(loss, eager)
-    assert q.grad is not None and k.grad is not None
+    assert q.grad is not None
+    assert k.grad is not None
 
 
 def test_pinned_kernel_that_cannot_serve_raises() -> None:
     q, k, v = _inputs(dtype=torch.float32)
-    with xrt_torch.kernel_policy(attention="xrt_flash"), pytest.raises(
-        UnsupportedOperationError, match="pins attention to 'xrt_flash'.*float32"
+    with (
+        xrt_torch.kernel_policy(attention="xrt_flash"),
+        pytest.raises(UnsupportedOperationError, match=r"pins attention to 'xrt_flash'.*float32"),
     ):
         fused_attention(q, k, v, enable_gqa=True)
     q, k, v = _inputs()
     mask = torch.ones(40, 40, dtype=torch.bool)
-    with xrt_torch.kernel_policy(attention="xrt_flash"), pytest.raises(
-        UnsupportedOperationError, match="takes no attn_mask"
+    with (
+        xrt_torch.kernel_policy(attention="xrt_flash"),
+        pytest.raises(UnsupportedOperationError, match="takes no attn_mask"),
     ):
         fused_attention(q, k, v, attn_mask=mask, enable_gqa=True)
 
@@ -106,12 +125,13 @@ def test_preferred_kernel_falls_back_to_sdpa_through_the_fallback_mode() -> None
     with xrt_torch.kernel_policy(**prefer, exec_policy=ExecutionPolicy(fallback="allow")) as record:
         out = fused_attention(q, k, v, is_causal=True, enable_gqa=True)
         out.sum().backward()
-    ref, leaves = _reference(q, k, v, True)
+    ref, _ = _reference(q, k, v, True)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     assert [(f.requested, f.chosen) for f in record.fallbacks] == [("xrt_flash", "torch")]
     assert "float32" in record.fallbacks[0].reason
-    with xrt_torch.kernel_policy(**prefer, exec_policy=ExecutionPolicy(fallback="error")), pytest.raises(
-        FallbackError
+    with (
+        xrt_torch.kernel_policy(**prefer, exec_policy=ExecutionPolicy(fallback="error")),
+        pytest.raises(FallbackError),
     ):
         fused_attention(q, k, v, enable_gqa=True)
 

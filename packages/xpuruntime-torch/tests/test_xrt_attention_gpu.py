@@ -75,4 +75,5 @@ def test_forward_and_backward_capture_in_cuda_graphs() -> None:
         *(t.detach().float() for t in (q, k, v)), is_causal=True, enable_gqa=True
     )
     torch.testing.assert_close(out.float(), ref, atol=3e-2, rtol=0)
-    assert q.grad is not None and torch.isfinite(q.grad).all()
+    assert q.grad is not None
+    assert torch.isfinite(q.grad).all()

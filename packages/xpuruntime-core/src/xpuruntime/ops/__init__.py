@@ -20,6 +20,7 @@ from xpuruntime.runtime.tensor import from_dlpack, like_input
 
 __all__ = ["attention", "attention_backward", "last_decision", "layernorm", "matmul"]
 
+
 def matmul(
     a: Any,
     b: Any,

@@ -41,13 +41,17 @@ def _torch(x: Any, name: str) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         return x.detach()
     if hasattr(x, "__dlpack__"):
-        return torch.from_dlpack(x)
+        from torch.utils.dlpack import from_dlpack
+
+        return from_dlpack(x)
     raise InvalidArgumentError(
         f"attention: {name} must be a torch tensor or a DLPack producer, got {type(x).__name__}"
     )
 
 
-def _dims(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, varlen: bool) -> tuple[int, ...]:
+def _dims(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, varlen: bool
+) -> tuple[int, ...]:
     """(batch, seqlen_q, seqlen_k, heads, kv_heads, head_dim) with the inputs' consistency checked."""
     rank = 3 if varlen else 4
     shapes = f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}"
@@ -84,17 +88,19 @@ def _varlen(
     from xpuruntime.kernels.attention.launch import Varlen
 
     if cu_seqlens_q is None or cu_seqlens_k is None:
-        raise InvalidArgumentError("attention: give both cu_seqlens_q and cu_seqlens_k (or neither)")
+        raise InvalidArgumentError(
+            "attention: give both cu_seqlens_q and cu_seqlens_k (or neither)"
+        )
     cus = []
-    for name, cu, total in (("cu_seqlens_q", cu_seqlens_q, q.shape[0]), ("cu_seqlens_k", cu_seqlens_k, k.shape[0])):
-        cu = _torch(cu, name)
+    for name, given in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        cu = _torch(given, name)
         if cu.dim() != 1 or cu.numel() < 1 or cu.dtype != torch.int32 or cu.device != q.device:
             raise InvalidArgumentError(
                 f"attention: {name} must be a 1-D int32 tensor of batch+1 offsets on {q.device}, "
                 f"got {tuple(cu.shape)} {cu.dtype} on {cu.device}"
             )
-        cus.append((cu.contiguous(), total))
-    (cu_q, total_q), (cu_k, total_k) = cus
+        cus.append(cu.contiguous())
+    cu_q, cu_k = cus
     if cu_q.numel() != cu_k.numel():
         raise InvalidArgumentError(
             f"attention: cu_seqlens_q and cu_seqlens_k describe different batch sizes "
@@ -124,7 +130,9 @@ def _resolve(
     kernel, mode, strategy = policy_choice("attention", policy)
     dtype = str(q.dtype).removeprefix("torch.")
     device = "cpu" if q.device.type == "cpu" else f"cuda:{q.device.index or 0}"
-    decision: DecisionFields = core().resolve("attention", shape, dtype, device, kernel, mode, strategy)
+    decision: DecisionFields = core().resolve(
+        "attention", shape, dtype, device, kernel, mode, strategy
+    )
     from xpuruntime.kernels.attention import KERNEL
 
     if decision[1] != KERNEL:  # a kernel registered by someone else: not launchable from here
@@ -171,7 +179,11 @@ def attention(
     query, key, value = _torch(q, "q"), _torch(k, "k"), _torch(v, "v")
     is_varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     dims = _dims(query, key, value, layout, is_varlen)
-    varlen = _varlen(query, key, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) if is_varlen else None
+    varlen = (
+        _varlen(query, key, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+        if is_varlen
+        else None
+    )
     decision = _resolve(query, dims, varlen, causal, policy)
     from xpuruntime.kernels.attention import launch
 
@@ -206,7 +218,11 @@ def attention_backward(
     its log-sum-exp (``return_lse=True``); same arguments as the forward. dk and dv have the
     key/value heads (summed over the query heads that share each)."""
     query, key, value = _torch(q, "q"), _torch(k, "k"), _torch(v, "v")
-    d_out, output, log_sum_exp = _torch(grad_out, "grad_out"), _torch(out, "out"), _torch(lse, "lse")
+    d_out, output, log_sum_exp = (
+        _torch(grad_out, "grad_out"),
+        _torch(out, "out"),
+        _torch(lse, "lse"),
+    )
     is_varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     dims = _dims(query, key, value, layout, is_varlen)
     if d_out.shape != query.shape or output.shape != query.shape:
@@ -214,7 +230,11 @@ def attention_backward(
             f"attention_backward: grad_out {tuple(d_out.shape)} and out {tuple(output.shape)} "
             f"must have the query's shape {tuple(query.shape)}"
         )
-    varlen = _varlen(query, key, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) if is_varlen else None
+    varlen = (
+        _varlen(query, key, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+        if is_varlen
+        else None
+    )
     expected = (dims[3], query.shape[0]) if is_varlen else (dims[0], dims[3], dims[1])
     if tuple(log_sum_exp.shape) != expected:
         raise InvalidArgumentError(

@@ -22,7 +22,15 @@ from typing import Any
 
 from xpuruntime.kernels.attention.support import QUERY_FIELDS, query_shape, unsupported_reason
 
-__all__ = ["KERNEL", "LIBRARY", "OP", "QUERY_FIELDS", "query_shape", "register", "unsupported_reason"]
+__all__ = [
+    "KERNEL",
+    "LIBRARY",
+    "OP",
+    "QUERY_FIELDS",
+    "query_shape",
+    "register",
+    "unsupported_reason",
+]
 
 OP = "attention"
 #: The kernel's name in the policy vocabulary (``KernelPolicy(attention="xrt_flash")``).
@@ -35,15 +43,15 @@ def _run(inputs: list[Any], scalars: list[float], output: Any, stream: int) -> s
     """The registry's run entry for native callers: dense (batch, seq, heads, dim) query,
     key and value as xpuruntime Tensors, scalars ``[causal, scale]`` (scale 0: 1/sqrt(dim)),
     the output written into ``output``."""
-    import torch
+    from torch.utils.dlpack import from_dlpack
 
     from xpuruntime.kernels.attention import launch
 
-    q, k, v = (torch.from_dlpack(t) for t in inputs)
+    q, k, v = (from_dlpack(t) for t in inputs)
     causal, scale = bool(scalars[0]), scalars[1] or None
     _, _, detail = launch.forward(
         q, k, v, causal=causal, scale=scale, layout="bshd", stream=stream or None,
-        out=torch.from_dlpack(output),
+        out=from_dlpack(output),
     )  # fmt: skip
     return detail
 

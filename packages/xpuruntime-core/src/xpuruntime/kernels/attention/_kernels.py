@@ -28,7 +28,9 @@ LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
-def _load_rows(desc, base, stride_s, start, offs, offs_d, seqlen, MASKED: tl.constexpr, USE_TMA: tl.constexpr):
+def _load_rows(
+    desc, base, stride_s, start, offs, offs_d, seqlen, MASKED: tl.constexpr, USE_TMA: tl.constexpr
+):
     """Rows ``start + offs`` of a (seq, HEAD_DIM) tile; rows past ``seqlen`` read as zero."""
     if USE_TMA:
         # The descriptor's shape ends at the sequence: the copy engine fills past it with zeros.
@@ -51,7 +53,9 @@ def _fwd_blocks(
 ):  # fmt: skip
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        k = _load_rows(k_desc, k_base, stride_ks, start_n, offs_n, offs_d, seqlen_k, MASKED, USE_TMA)
+        k = _load_rows(
+            k_desc, k_base, stride_ks, start_n, offs_n, offs_d, seqlen_k, MASKED, USE_TMA
+        )
         qk = tl.dot(q, tl.trans(k))
         if MASKED:
             cols = start_n + offs_n
@@ -70,7 +74,9 @@ def _fwd_blocks(
         alpha = tl.math.exp2(m_i - m_ij)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        v = _load_rows(v_desc, v_base, stride_vs, start_n, offs_n, offs_d, seqlen_k, MASKED, USE_TMA)
+        v = _load_rows(
+            v_desc, v_base, stride_vs, start_n, offs_n, offs_d, seqlen_k, MASKED, USE_TMA
+        )
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_ij
     return acc, l_i, m_i
@@ -78,7 +84,7 @@ def _fwd_blocks(
 
 @triton.jit
 def _xrt_attn_fwd(
-    Q, K, V, O, LSE, CU_Q, CU_K,
+    Q, K, V, Out, LSE, CU_Q, CU_K,
     stride_qb, stride_qs, stride_qh,
     stride_kb, stride_ks, stride_kh,
     stride_vb, stride_vs, stride_vh,
@@ -163,24 +169,24 @@ def _xrt_attn_fwd(
     tl.store(LSE + lse_off + offs_m, lse, mask=offs_m < seqlen_q)
     if USE_TMA:
         o_desc = tl.make_tensor_descriptor(
-            O + o_off, [seqlen_q, HEAD_DIM], [stride_os, 1], [BLOCK_M, HEAD_DIM]
+            Out + o_off, [seqlen_q, HEAD_DIM], [stride_os, 1], [BLOCK_M, HEAD_DIM]
         )
-        o_desc.store([start_m, 0], out.to(O.dtype.element_ty))
+        o_desc.store([start_m, 0], out.to(Out.dtype.element_ty))
     else:
-        o_ptrs = O + o_off + offs_m[:, None] * stride_os + offs_d[None, :]
-        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=offs_m[:, None] < seqlen_q)
+        o_ptrs = Out + o_off + offs_m[:, None] * stride_os + offs_d[None, :]
+        tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=offs_m[:, None] < seqlen_q)
 
 
 @triton.jit
 def _xrt_attn_bwd_delta(
-    O, DO, DELTA, CU_Q,
+    Out, DO, DELTA, CU_Q,
     stride_ob, stride_os, stride_oh,
     stride_dob, stride_dos, stride_doh,
     stride_lb, stride_lh,
     seqlen_q, num_heads,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, VARLEN: tl.constexpr,
 ):  # fmt: skip
-    """delta = rowsum(O * dO), the softmax-gradient term each backward block needs."""
+    """delta = rowsum(out * d_out), the softmax-gradient term each backward block needs."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // num_heads
@@ -197,8 +203,12 @@ def _xrt_attn_bwd_delta(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     rows = offs_m < seqlen_q
-    o = tl.load(O + o_off + offs_m[:, None] * stride_os + offs_d[None, :], mask=rows[:, None], other=0.0)
-    do = tl.load(DO + do_off + offs_m[:, None] * stride_dos + offs_d[None, :], mask=rows[:, None], other=0.0)
+    o = tl.load(
+        Out + o_off + offs_m[:, None] * stride_os + offs_d[None, :], mask=rows[:, None], other=0.0
+    )
+    do = tl.load(
+        DO + do_off + offs_m[:, None] * stride_dos + offs_d[None, :], mask=rows[:, None], other=0.0
+    )
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(DELTA + d_off + offs_m, delta, mask=rows)
 
@@ -395,8 +405,12 @@ def _xrt_attn_bwd_dq(
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     rows = offs_m < seqlen_q
-    q = tl.load(Q + q_off + offs_m[:, None] * stride_qs + offs_d[None, :], mask=rows[:, None], other=0.0)
-    do = tl.load(DO + do_off + offs_m[:, None] * stride_dos + offs_d[None, :], mask=rows[:, None], other=0.0)
+    q = tl.load(
+        Q + q_off + offs_m[:, None] * stride_qs + offs_d[None, :], mask=rows[:, None], other=0.0
+    )
+    do = tl.load(
+        DO + do_off + offs_m[:, None] * stride_dos + offs_d[None, :], mask=rows[:, None], other=0.0
+    )
     lse2 = tl.load(LSE + lse_off + offs_m, mask=rows, other=0.0) * LOG2E
     delta = tl.load(DELTA + lse_off + offs_m, mask=rows, other=0.0)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)

@@ -145,7 +145,9 @@ def _fix_interpreter_bfloat16_dot() -> None:
         if handle.dtype.scalar != tl.bfloat16:
             return handle
         data = interpreter._convert_float(handle.data, tl.bfloat16, tl.float32, None)
-        return interpreter.TensorHandle(data.view(np.float32).reshape(handle.data.shape), tl.float32)
+        return interpreter.TensorHandle(
+            data.view(np.float32).reshape(handle.data.shape), tl.float32
+        )
 
     def create_dot(self: Any, a: Any, b: Any, d: Any, *args: Any) -> Any:
         return original(self, widen(a), widen(b), d, *args)
@@ -223,7 +225,7 @@ def _run_tiled(
                     + " | ".join(failures)
                 )
         if timings:
-            best_ms, best = min(timings, key=lambda item: item[0])
+            _, best = min(timings, key=lambda item: item[0])
             launch(best)  # leave the fastest candidate's result in the outputs
             shown = ", ".join(f"{t.describe()}: {ms:.3f} ms" for ms, t in timings)
             detail = f"{best.describe()} (tuned: {shown})"
@@ -245,7 +247,8 @@ def _on_device(device: torch.device, stream: int | None) -> Iterator[None]:
         if stream is None:
             yield
         else:
-            with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=device)):
+            external = torch.cuda.ExternalStream(stream, device=device)  # type: ignore[no-untyped-call]
+            with torch.cuda.stream(external):
                 yield
 
 
@@ -256,8 +259,16 @@ def _scratch(device: torch.device) -> Callable[[int, int, int | None], torch.Ten
     return allocate
 
 
-def _launch(kernel: Any, grid: tuple[int, ...], tiles: TileConfig, device: torch.device, *args: Any, **constexprs: Any) -> None:
+def _launch(
+    kernel: Any,
+    grid: tuple[int, ...],
+    tiles: TileConfig,
+    device: torch.device,
+    *args: Any,
+    **constexprs: Any,
+) -> None:
     _interpreting()  # applies the interpreter's bfloat16 fix before a CPU run
+
     def go() -> None:
         # Device-side tensor descriptors need scratch memory from Triton's allocator; set it
         # in a copied context so a caller's own allocator setting stays untouched.
@@ -307,7 +318,11 @@ def forward(
         lse = torch.empty((g.batch, g.heads, g.seqlen_q), dtype=torch.float32, device=q.device)
         lse_strides = (lse.stride(0), lse.stride(1))
     sq, sk, sv, so = (_strides(x, layout) for x in (q, k, v, out))
-    for name, x, s, n in (("query", q, sq, g.seqlen_q), ("key", k, sk, g.seqlen_k), ("value", v, sv, g.seqlen_k)):
+    for name, x, s, n in (
+        ("query", q, sq, g.seqlen_q),
+        ("key", k, sk, g.seqlen_k),
+        ("value", v, sv, g.seqlen_k),
+    ):
         _check_offsets(name, x, s, n)
     if g.batch * g.heads == 0 or g.seqlen_q == 0:
         return out, lse.fill_(float("-inf")), "empty input"
@@ -333,7 +348,15 @@ def forward(
             launch(tiles)
             detail = tiles.describe() + " (given)"
         else:
-            key = ("forward", _capability(q.device), g.head_dim, causal, q.dtype, varlen is not None, tma_ok)
+            key = (
+                "forward",
+                _capability(q.device),
+                g.head_dim,
+                causal,
+                q.dtype,
+                varlen is not None,
+                tma_ok,
+            )
             detail = _run_tiled(key, _candidates("forward", g.head_dim, q.device), launch, q.device)
     if not tma_ok and "tma" in detail:
         detail += "; tma off (unaligned base or strides)"
@@ -414,7 +437,11 @@ def backward(
             detail = f"dkdv {tiles[0].describe()}, dq {tiles[1].describe()} (given)"
         else:
             case = (_capability(q.device), g.head_dim, causal, q.dtype, is_varlen)
-            dkdv = _run_tiled(("dkdv", *case), _candidates("dkdv", g.head_dim, q.device), launch_dkdv, q.device)
-            dqd = _run_tiled(("dq", *case), _candidates("dq", g.head_dim, q.device), launch_dq, q.device)
+            dkdv = _run_tiled(
+                ("dkdv", *case), _candidates("dkdv", g.head_dim, q.device), launch_dkdv, q.device
+            )
+            dqd = _run_tiled(
+                ("dq", *case), _candidates("dq", g.head_dim, q.device), launch_dq, q.device
+            )
             detail = f"dkdv {dkdv}, dq {dqd}"
     return dq, dk, dv, "triton backward " + detail

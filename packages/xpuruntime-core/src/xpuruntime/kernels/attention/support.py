@@ -17,7 +17,16 @@ from xpuruntime.kernels.attention.tiles import HEAD_DIMS
 
 __all__ = ["QUERY_FIELDS", "query_shape", "unsupported_reason"]
 
-QUERY_FIELDS = ("batch", "seqlen_q", "seqlen_k", "heads", "kv_heads", "head_dim", "causal", "varlen")
+QUERY_FIELDS = (
+    "batch",
+    "seqlen_q",
+    "seqlen_k",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "causal",
+    "varlen",
+)
 DTYPES = ("float16", "bfloat16")
 MIN_CAPABILITY = (8, 0)
 

@@ -37,7 +37,9 @@ class TileConfig:
     warp_specialize: bool = False
 
     def describe(self) -> str:
-        extras = (" tma" if self.tma else "") + (" warp-specialised" if self.warp_specialize else "")
+        extras = (" tma" if self.tma else "") + (
+            " warp-specialised" if self.warp_specialize else ""
+        )
         return (
             f"BLOCK_M={self.block_m} BLOCK_N={self.block_n} warps={self.num_warps} "
             f"stages={self.num_stages}{extras}"

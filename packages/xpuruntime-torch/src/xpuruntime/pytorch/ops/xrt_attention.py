@@ -57,7 +57,9 @@ def refuse(reason: str, mode: str, example: Tensor) -> None:
     )
 
 
-def _sdpa(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: float | None) -> Tensor:
+def _sdpa(
+    query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: float | None
+) -> Tensor:
     if key.shape[1] != query.shape[1]:  # grouped-query: PyTorch's SDPA repeats the heads
         group = query.shape[1] // key.shape[1]
         key, value = key.repeat_interleave(group, 1), value.repeat_interleave(group, 1)
@@ -111,7 +113,7 @@ def _backward(
     # The forward fell back (prefer): differentiate PyTorch's SDPA by recomputing it.
     inputs = [tensor.detach().requires_grad_() for tensor in (query, key, value)]
     with autograd_inside_kernel():
-        output = _sdpa(*inputs, is_causal, scale)
+        output = _sdpa(inputs[0], inputs[1], inputs[2], is_causal, scale)
         grads = torch.autograd.grad(output, inputs, grad)
     return tuple(g.contiguous() for g in grads)  # type: ignore[return-value]
 
@@ -139,7 +141,9 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tens
     ctx.is_causal, ctx.scale, ctx.mode = is_causal, scale, mode
 
 
-def _autograd_backward(ctx: Any, grad: Tensor, _grad_lse: Tensor | None) -> tuple[Tensor | None, ...]:
+def _autograd_backward(
+    ctx: Any, grad: Tensor, _grad_lse: Tensor | None
+) -> tuple[Tensor | None, ...]:
     query, key, value, out, lse = ctx.saved_tensors
     dq, dk, dv = torch.ops.xpuruntime.xrt_flash_attention_backward(
         grad.contiguous(), query, key, value, out, lse, ctx.is_causal, ctx.scale, ctx.mode
