@@ -225,6 +225,38 @@ def tests(session: nox.Session, member: str) -> None:
     _pytest(session, f"packages/{MEMBERS[member]}/tests")
 
 
+# xrt_flash's Triton kernels in Triton's CPU interpreter: the core's kernel tests and the
+# PyTorch custom ops, against float32 references. Triton 3.6 is what the GPU machines run;
+# its interpreter turns one-element NumPy arrays into loop bounds, which NumPy >= 2.4 refuses.
+ATTENTION_TESTS = [
+    "packages/xpuruntime-core/tests/test_attention_interpreter.py",
+    "packages/xpuruntime-torch/tests/test_xrt_attention.py",
+]
+ATTENTION_DEPS = ["triton==3.6.0", "numpy>=1.24,<2.4"]
+
+
+def _attention_session(session: nox.Session, marker: str) -> None:
+    session.install(*_torch_find_links(), TORCH_CPU)
+    _install_wheels(session, "policies", "core", "torch")
+    session.install(*ATTENTION_DEPS)
+    session.run(
+        "pytest", *ATTENTION_TESTS, "-m", marker, *session.posargs,
+        env={"TRITON_INTERPRET": "1", "XPURUNTIME_DIST": str(DIST)},
+    )  # fmt: skip
+
+
+@nox.session(python=PYTHON, default=True)
+def attention(session: nox.Session) -> None:
+    """xrt_flash in Triton's CPU interpreter: every feature, float16 case matrix (~2 min)."""
+    _attention_session(session, "not gpu and not interpreter_full")
+
+
+@nox.session(python=PYTHON, default=False)
+def attention_full(session: nox.Session) -> None:
+    """xrt_flash in Triton's CPU interpreter: the whole case matrix (bfloat16 too)."""
+    _attention_session(session, "not gpu")
+
+
 # Backend matrix: the meta-package installed with that backend's extra, the backend's
 # conformance tests, then the suites of the members that drive that backend.
 BACKENDS: dict[str, dict[str, list[str]]] = {

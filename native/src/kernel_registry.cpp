@@ -1,5 +1,7 @@
 #include "xpuruntime/kernel_registry.h"
 
+#include <mutex>
+
 #include "xpuruntime/errors.h"
 
 namespace xrt {
@@ -12,6 +14,7 @@ KernelRegistry& KernelRegistry::instance() {
 }
 
 void KernelRegistry::add(KernelDef def) {
+  std::unique_lock<std::shared_mutex> lock(mutex_);
   for (std::size_t i = 0; i < op_names_.size(); ++i) {
     if (op_names_[i] != def.op) continue;
     for (auto& existing : by_op_[i]) {
@@ -27,16 +30,21 @@ void KernelRegistry::add(KernelDef def) {
   by_op_.push_back({std::move(def)});
 }
 
-std::vector<std::string> KernelRegistry::ops() const { return op_names_; }
+std::vector<std::string> KernelRegistry::ops() const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  return {op_names_.begin(), op_names_.end()};
+}
 
-const std::vector<KernelDef>& KernelRegistry::kernels(const std::string& op) const {
+const std::deque<KernelDef>& KernelRegistry::kernels(const std::string& op) const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
   for (std::size_t i = 0; i < op_names_.size(); ++i) {
     if (op_names_[i] == op) return by_op_[i];
   }
-  const std::string hint = closest_name(op, op_names_);
+  const std::vector<std::string> names(op_names_.begin(), op_names_.end());
+  const std::string hint = closest_name(op, names);
   throw UnsupportedOperationError("unknown op '" + op + "'" +
                                   (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
-                                  "; ops with registered kernels: " + join_names(op_names_));
+                                  "; ops with registered kernels: " + join_names(names));
 }
 
 const KernelDef& KernelRegistry::find(const std::string& op, const std::string& kernel) const {

@@ -2,7 +2,9 @@
 // it can run a given (shape, dtype, device) and, for BestPerformance, to time itself.
 #pragma once
 
+#include <deque>
 #include <functional>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,10 @@ struct KernelDef {
   std::function<double(const OpQuery&)> measure;
 };
 
+// Kernels are added at start-up (built-ins) and by the Python bindings when a Python module
+// registers its kernels (xpuruntime.kernels). Adding never moves a registered KernelDef, so the
+// Dispatcher's cached decisions keep pointing at valid kernels; register an op's kernels
+// before resolving that op from several threads.
 class KernelRegistry {
  public:
   static KernelRegistry& instance();
@@ -44,14 +50,16 @@ class KernelRegistry {
   void add(KernelDef def);  // replaces a kernel of the same op and name
   std::vector<std::string> ops() const;
   // UnsupportedOperationError for an unknown op (with the known ops and a did-you-mean).
-  const std::vector<KernelDef>& kernels(const std::string& op) const;
+  const std::deque<KernelDef>& kernels(const std::string& op) const;
   // UnsupportedOperationError for an unknown kernel (with the op's kernels).
   const KernelDef& find(const std::string& op, const std::string& kernel) const;
 
  private:
   KernelRegistry();
-  std::vector<std::vector<KernelDef>> by_op_;  // one list per op, in registration order
-  std::vector<std::string> op_names_;
+  // Deques: growth never relocates existing entries (decisions hold KernelDef pointers).
+  std::deque<std::deque<KernelDef>> by_op_;  // one list per op, in registration order
+  std::deque<std::string> op_names_;
+  mutable std::shared_mutex mutex_;  // guards growth against concurrent lookups
 };
 
 // Adds the built-in kernels (CPU reference kernels; cuBLAS/cuBLASLt in a CUDA build).

@@ -11,5 +11,6 @@ void bind_errors(py::module_& m);
 void bind_devices(py::module_& m);
 void bind_tensors(py::module_& m);
 void bind_runtime(py::module_& m);
+void bind_python_kernels(py::module_& m);
 
 }  // namespace xrt_py

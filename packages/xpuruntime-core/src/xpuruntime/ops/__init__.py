@@ -9,20 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from xpuruntime.ops._calls import last_decision, note, stream_for
+from xpuruntime.ops.attention import attention, attention_backward
 from xpuruntime.policies import KernelPolicy
-from xpuruntime.runtime.dispatch import Decision, policy_choice
+from xpuruntime.runtime.dispatch import policy_choice
 from xpuruntime.runtime.native import core
 from xpuruntime.runtime.record import ExecutionRecord
-from xpuruntime.runtime.streams import StreamLike, stream_handle
+from xpuruntime.runtime.streams import StreamLike
 from xpuruntime.runtime.tensor import from_dlpack, like_input
 
-__all__ = ["last_decision", "layernorm", "matmul"]
-
-# The most recent call's (native decision tuple, kernel detail); a Decision is built only
-# when asked for, keeping it off the per-call path.
-# (op, kernel, library, mode, reason, shape, dtype, device), as the native module returns it
-_DecisionFields = tuple[str, str, str, str, str, str, str, str]
-_last: list[tuple[_DecisionFields, str]] = []
+__all__ = ["attention", "attention_backward", "last_decision", "layernorm", "matmul"]
 
 
 def matmul(
@@ -43,9 +39,9 @@ def matmul(
     """
     kernel, mode, strategy = policy_choice("matmul", policy)
     out, decision, detail = core().matmul(
-        from_dlpack(a), from_dlpack(b), kernel, mode, strategy, _stream_for(a, stream)
+        from_dlpack(a), from_dlpack(b), kernel, mode, strategy, stream_for(a, stream)
     )
-    _note(decision, detail, record)
+    note(decision, detail, record)
     return like_input(out, a)
 
 
@@ -69,37 +65,7 @@ def layernorm(
         kernel,
         mode,
         strategy,
-        _stream_for(x, stream),
+        stream_for(x, stream),
     )
-    _note(decision, detail, record)
+    note(decision, detail, record)
     return like_input(out, x)
-
-
-def last_decision() -> Decision | None:
-    """The dispatcher decision of the most recent op call in this process."""
-    if not _last:
-        return None
-    fields, detail = _last[0]
-    return Decision(*fields, detail=detail)
-
-
-def _note(decision: _DecisionFields, detail: str, record: ExecutionRecord | None) -> None:
-    _last[:] = [(decision, detail)]
-    if record is not None:
-        record.decisions.append(Decision(*decision, detail=detail).to_record())
-
-
-def _stream_for(template: Any, stream: StreamLike) -> int:
-    """The explicit stream, else the current stream of the input's library on its device."""
-    if stream is not None:
-        return stream_handle(stream)
-    library = type(template).__module__.partition(".")[0]
-    if library == "torch" and template.is_cuda:
-        import torch
-
-        return int(torch.cuda.current_stream(template.device).cuda_stream)
-    if library == "cupy":
-        import cupy
-
-        return int(cupy.cuda.get_current_stream().ptr)
-    return 0

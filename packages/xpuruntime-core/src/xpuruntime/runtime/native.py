@@ -27,6 +27,11 @@ def core() -> ModuleType:
     module: ModuleType = _core
     if _core.CUDA_BUILT:
         _core.set_library_dirs([str(d) for d in cuda_library_dirs()])
+    # Kernels written in Python (Triton) join the registry as the core loads, so every
+    # resolution sees them; registering imports neither torch nor Triton.
+    from xpuruntime.kernels import register_python_kernels
+
+    register_python_kernels(module)
     return module
 
 

@@ -93,6 +93,14 @@ BUILTIN_KERNELS: tuple[KernelSpec, ...] = (
         "attention", "efficient", "cuda", "cuda", "onnxruntime torch", "memory-efficient attention"
     ),
     _kernel("attention", "math", "any", "cpu cuda", "onnxruntime torch", "unfused reference math"),
+    _kernel(
+        "attention",
+        "xrt_flash",
+        "xpuruntime",
+        "cuda",
+        "torch xpuruntime",
+        "xpuruntime's FlashAttention kernels (Triton; forward and backward, GQA, varlen)",
+    ),
     _kernel("layernorm", "xrt", "xpuruntime", "cpu cuda", "torch xpuruntime", "xpuruntime kernel"),
     _kernel("layernorm", "apex", "cuda", "cuda", "torch", "NVIDIA Apex fused layer norm"),
     _kernel("layernorm", "torch", "torch", "cpu cuda", "torch", "PyTorch's own layer_norm"),

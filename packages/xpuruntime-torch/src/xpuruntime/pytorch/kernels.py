@@ -11,6 +11,7 @@ __all__ = ["LIBRARY_KERNEL", "kernel_library", "policy_op"]
 
 # (substring of the lower-cased kernel name, library); first match wins.
 _LIBRARY_MARKERS: tuple[tuple[str, str], ...] = (
+    ("_xrt_attn", "xrt_attention"),  # xpuruntime's Triton attention kernels (before "flash")
     ("flash", "flash_attention"),
     ("fmha_cutlass", "efficient_attention"),
     ("mem_efficient", "efficient_attention"),
@@ -30,6 +31,7 @@ _LIBRARY_MARKERS: tuple[tuple[str, str], ...] = (
 # cuBLASLt's heuristics), so a gemm kernel's name cannot prove which API launched it: matmul
 # is verified by reading preferred_blas_library back, not by kernel names.
 LIBRARY_KERNEL = {
+    "xrt_attention": "xrt_flash",
     "flash_attention": "flash_v2",
     "efficient_attention": "efficient",
     "cudnn_attention": "cudnn",

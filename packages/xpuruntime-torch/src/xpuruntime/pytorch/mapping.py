@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from xpuruntime.kernels.attention import KERNEL as XRT_ATTENTION_KERNEL
 from xpuruntime.policies import ExecutionPolicy, KernelPolicy
 from xpuruntime.pytorch._compat import SDPBackend
 from xpuruntime.pytorch.switches import SWITCHES
@@ -115,13 +116,26 @@ def _plan_attention(kernel: str, pinned: bool, out: Plan) -> None:
     if kernel in PYTORCH_DEFAULT:
         out.settings.append(PlannedSetting("attention", kernel, {}, _default_note("attention")))
         return
+    if kernel == XRT_ATTENTION_KERNEL:  # ops.fused_attention's own (the core's) kernel
+        out.settings.append(
+            PlannedSetting(
+                "attention",
+                kernel,
+                {},
+                "selects xpuruntime's Triton kernels in xpuruntime.pytorch.ops.fused_attention; "
+                "F.scaled_dot_product_attention keeps PyTorch's backends (aten ops are never "
+                "overridden)",
+            )
+        )
+        return
     if kernel not in ATTENTION_BACKENDS:
         out.unapplicable.append(
             Unapplicable(
                 "attention",
                 kernel,
                 f"PyTorch's scaled_dot_product_attention has backends "
-                f"{sorted(ATTENTION_BACKENDS)}, not {kernel!r}",
+                f"{sorted(ATTENTION_BACKENDS)} (and ops.fused_attention also "
+                f"{XRT_ATTENTION_KERNEL!r}), not {kernel!r}",
                 pinned,
             )
         )

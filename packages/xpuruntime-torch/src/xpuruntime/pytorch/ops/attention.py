@@ -1,6 +1,7 @@
-"""``fused_attention``: scaled dot-product attention on the SDPA backend the policy names.
+"""``fused_attention``: scaled dot-product attention on the kernel the policy names.
 
-The kernels are PyTorch's own (FlashAttention-2, memory-efficient, cuDNN, math); the policy
+``xrt_flash`` runs xpuruntime's own Triton kernels (:mod:`.xrt_attention`). The other
+kernels are PyTorch's own (FlashAttention-2, memory-efficient, cuDNN, math); the policy
 decides which one may run. A pinned backend that cannot serve a call raises
 :class:`~xpuruntime.runtime.errors.UnsupportedOperationError` carrying PyTorch's reasons
 (PyTorch reports them as warnings before its "No available kernel" error); a preferred one
@@ -24,6 +25,7 @@ from torch import Tensor
 from xpuruntime.pytorch import policy
 from xpuruntime.pytorch._compat import HAS_CUSTOM_OP, autograd_inside_kernel, restrict_sdpa
 from xpuruntime.pytorch.mapping import ATTENTION_BACKENDS
+from xpuruntime.pytorch.ops import xrt_attention
 from xpuruntime.pytorch.ops._policy import describe, requested_kernel
 from xpuruntime.runtime.errors import UnsupportedOperationError
 
@@ -208,14 +210,28 @@ def fused_attention(
     dropout_p: float = 0.0,
     is_causal: bool = False,
     scale: float | None = None,
+    enable_gqa: bool = False,
 ) -> Tensor:
     """Fused multi-head attention, ``(batch, heads, seq, head_dim)`` in and out.
 
-    Runs PyTorch's SDPA restricted to the backend of the policy's ``attention`` entry
-    (``flash_v2``, ``efficient``, ``cudnn``, ``math``) or PyTorch's own choice when the
-    policy names none. ``scale`` defaults to ``1/sqrt(head_dim)``.
+    Runs xpuruntime's own Triton kernels when the policy's ``attention`` entry is
+    ``xrt_flash``; otherwise PyTorch's SDPA restricted to the backend the entry names
+    (``flash_v2``, ``efficient``, ``cudnn``, ``math``), or PyTorch's own choice when the
+    policy names none. ``scale`` defaults to ``1/sqrt(head_dim)``. With ``enable_gqa`` key and
+    value may have fewer heads than the query (a divisor of them), as in SDPA.
     """
     kernel, mode = requested_kernel("attention")
+    if kernel == xrt_attention.KERNEL:
+        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+        reason = xrt_attention.call_unsupported(attn_mask, dropout_p, needs_grad)
+        if not reason:
+            return xrt_attention.xrt_flash_attention(query, key, value, is_causal, scale, mode)
+        xrt_attention.refuse(reason, mode, query)
+        kernel, mode = "auto", "auto"
+    if enable_gqa and key.shape[-3] != query.shape[-3]:
+        # The SDPA backends get the key/value heads repeated, as SDPA's own enable_gqa does.
+        group = query.shape[-3] // key.shape[-3]
+        key, value = key.repeat_interleave(group, -3), value.repeat_interleave(group, -3)
     if kernel not in ATTENTION_BACKENDS and kernel != "auto":
         kernel = "auto"  # "torch": PyTorch's own selection, same as no policy
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))

@@ -1,0 +1,274 @@
+"""xpuruntime's attention kernels (xrt_flash) against PyTorch's SDPA backends on one GPU.
+
+    python benchmarks/attention_bench.py [--quick] [--tune] [--out DIR] [--no-efficient]
+
+FlashAttention papers' setup: bf16, 16k tokens per batch (batch = 16384 / seqlen), hidden
+size 2048 (16 heads of 128, 32 of 64), seqlen 512 .. 16k, full and causal. For each case it
+times the forward and the backward of xrt_flash, cuDNN SDPA, SDPA FlashAttention-2 and SDPA
+memory-efficient attention (CUDA events around 4 back-to-back calls, median of 7 samples) and
+reports TFLOP/s with FlashAttention's FLOP count (forward 4·B·H·S²·D, halved when causal;
+backward 2.5x the forward), the ratios ours/cuDNN and ours/flash, and, for seqlen <= 2048,
+the max/mean |error| of outputs and gradients against a float32 reference (first batch
+element) for xrt_flash and FlashAttention-2.
+
+Every case runs each implementation once before timing (xrt_flash compiles its Triton kernels
+on first use: the "compile" column is that first call). xrt_flash runs its fixed tile
+configuration unless --tune (then each case's candidates are timed once and the fastest
+kept; the chosen tiles are in the JSON). Prints a table and writes attention_bench.json to
+--out. The whole run takes about 3-4 minutes on an H100 (--quick: about 1).
+
+Targets (issue 13, H100 bf16): forward >= 1.0x cuDNN and >= 1.6x FlashAttention-2 at head
+size 128, seqlen >= 2048; backward >= 1.2x FlashAttention-2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import xpuruntime.ops as ops
+from xpuruntime.kernels.attention import launch
+from xpuruntime.policies import KernelPolicy
+
+TOKENS = 16384
+HIDDEN = 2048
+PIN = KernelPolicy(attention="xrt_flash")
+SDPA_BACKENDS = {
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+}
+
+
+def _median_ms(fn: Callable[[], Any], repeats: int, calls: int = 4) -> float:
+    """Median milliseconds per call over ``repeats`` samples of ``calls`` back-to-back calls
+    (CUDA events around each sample: the GPU's queue stays full, so host-side launch costs
+    hide behind the kernels as they do in a training step)."""
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return statistics.median(times)
+
+
+def _flops(batch: int, heads: int, seq: int, dim: int, causal: bool) -> float:
+    forward = 4.0 * batch * heads * seq * seq * dim
+    return forward / 2 if causal else forward
+
+
+def _detail() -> str:
+    decision = ops.last_decision()
+    return decision.detail if decision is not None else ""
+
+
+class _Ours:
+    def __init__(self, q: Any, k: Any, v: Any, causal: bool) -> None:
+        self.q, self.k, self.v, self.causal = q, k, v, causal
+        self.out, self.lse = ops.attention(
+            q, k, v, causal=causal, layout="bhsd", return_lse=True, policy=PIN
+        )
+        self.forward_detail = _detail()
+        self.do = torch.randn_like(self.out)
+
+    def forward(self) -> Any:
+        return ops.attention(self.q, self.k, self.v, causal=self.causal, layout="bhsd", policy=PIN)
+
+    def backward(self) -> Any:
+        return ops.attention_backward(
+            self.do, self.q, self.k, self.v, self.out, self.lse, causal=self.causal, layout="bhsd"
+        )
+
+    def results(self) -> tuple[Any, ...]:
+        return (self.out, *self.backward())
+
+
+class _Sdpa:
+    def __init__(self, backend: SDPBackend, q: Any, k: Any, v: Any, causal: bool, do: Any) -> None:
+        self.backend, self.causal = backend, causal
+        self.leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        self.do = do
+        with sdpa_kernel([backend]):
+            self.out = F.scaled_dot_product_attention(*self.leaves, is_causal=causal)
+
+    def forward(self) -> Any:
+        with torch.no_grad(), sdpa_kernel([self.backend]):
+            return F.scaled_dot_product_attention(*self.leaves, is_causal=self.causal)
+
+    def backward(self) -> Any:
+        return torch.autograd.grad(self.out, self.leaves, self.do, retain_graph=True)
+
+    def results(self) -> tuple[Any, ...]:
+        return (self.out.detach(), *self.backward())
+
+
+def _reference(q: Any, k: Any, v: Any, causal: bool, do: Any) -> tuple[Any, ...]:
+    """float32 output and gradients of the first batch element."""
+    leaves = [t[:1].detach().float().requires_grad_() for t in (q, k, v)]
+    scores = leaves[0] @ leaves[1].transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        keep = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    out = torch.softmax(scores, -1) @ leaves[2]
+    return (out.detach(), *torch.autograd.grad(out, leaves, do[:1].float()))
+
+
+def _errors(results: tuple[Any, ...], ref: tuple[Any, ...]) -> dict[str, list[float]]:
+    names = ("out", "dq", "dk", "dv")
+    return {
+        name: [
+            (got[:1].float() - want).abs().max().item(),
+            (got[:1].float() - want).abs().mean().item(),
+        ]
+        for name, got, want in zip(names, results, ref, strict=True)
+    }
+
+
+def bench_case(seq: int, dim: int, causal: bool, repeats: int, impls: list[str]) -> dict[str, Any]:
+    batch, heads = TOKENS // seq, HIDDEN // dim
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (
+        torch.randn(batch, heads, seq, dim, device="cuda", generator=gen, dtype=torch.bfloat16)
+        for _ in range(3)
+    )
+    flops = _flops(batch, heads, seq, dim, causal)
+    row: dict[str, Any] = {
+        "seqlen": seq,
+        "head_dim": dim,
+        "causal": causal,
+        "batch": batch,
+        "heads": heads,
+    }
+    runners: dict[str, Any] = {}
+    start = time.perf_counter()
+    runners["xrt_flash"] = ours = _Ours(q, k, v, causal)
+    ours.backward()
+    torch.cuda.synchronize()
+    row["xrt_flash_first_call_s"] = round(time.perf_counter() - start, 2)
+    row["xrt_flash_tiles"] = {"forward": ours.forward_detail, "backward": _detail()}
+    for name in impls:
+        try:
+            runners[name] = _Sdpa(SDPA_BACKENDS[name], q, k, v, causal, runners["xrt_flash"].do)
+            runners[name].backward()
+        except RuntimeError as error:
+            row[f"{name}_error"] = str(error).splitlines()[0]
+    for name, runner in runners.items():
+        fwd_ms = _median_ms(runner.forward, repeats)
+        bwd_ms = _median_ms(runner.backward, repeats)
+        row[name] = {
+            "fwd_ms": round(fwd_ms, 4),
+            "bwd_ms": round(bwd_ms, 4),
+            "fwd_tflops": round(flops / fwd_ms / 1e9, 1),
+            "bwd_tflops": round(2.5 * flops / bwd_ms / 1e9, 1),
+        }
+    mine = row["xrt_flash"]
+    for peer in ("cudnn", "flash", "efficient"):
+        if peer in row:
+            row[f"fwd_vs_{peer}"] = round(mine["fwd_tflops"] / row[peer]["fwd_tflops"], 3)
+            row[f"bwd_vs_{peer}"] = round(mine["bwd_tflops"] / row[peer]["bwd_tflops"], 3)
+    if seq <= 2048:
+        ref = _reference(q, k, v, causal, ours.do)
+        row["errors"] = {
+            name: _errors(runners[name].results(), ref)
+            for name in ("xrt_flash", "flash")
+            if name in runners
+        }
+    del runners
+    torch.cuda.empty_cache()
+    return row
+
+
+def _environment() -> dict[str, Any]:
+    import triton
+
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "gpu": props.name,
+        "compute_capability": f"{props.major}.{props.minor}",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "triton": triton.__version__,
+        "tuning": launch._tuning,
+    }
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    head = (
+        f"{'hd':>3} {'S':>6} {'causal':>6} | {'fwd TFLOP/s: xrt':>16} {'cudnn':>6} {'flash':>6} {'eff':>6}"
+        f" {'/cudnn':>6} {'/flash':>6} | {'bwd: xrt':>8} {'cudnn':>6} {'flash':>6} {'eff':>6}"
+        f" {'/flash':>6} | {'out err xrt/flash (max)':>24} | {'first':>5}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+
+        def t(name: str, key: str, r: dict[str, Any] = r) -> str:
+            return f"{r[name][key]:.0f}" if name in r else "-"
+
+        err = "-"
+        if "errors" in r and "flash" in r["errors"]:
+            err = f"{r['errors']['xrt_flash']['out'][0]:.2e}/{r['errors']['flash']['out'][0]:.2e}"
+        print(
+            f"{r['head_dim']:>3} {r['seqlen']:>6} {'yes' if r['causal'] else 'no':>6} | "
+            f"{t('xrt_flash', 'fwd_tflops'):>16} {t('cudnn', 'fwd_tflops'):>6} {t('flash', 'fwd_tflops'):>6} "
+            f"{t('efficient', 'fwd_tflops'):>6} {r.get('fwd_vs_cudnn', '-'):>6} {r.get('fwd_vs_flash', '-'):>6} | "
+            f"{t('xrt_flash', 'bwd_tflops'):>8} {t('cudnn', 'bwd_tflops'):>6} {t('flash', 'bwd_tflops'):>6} "
+            f"{t('efficient', 'bwd_tflops'):>6} {r.get('bwd_vs_flash', '-'):>6} | {err:>24} | "
+            f"{r['xrt_flash_first_call_s']:>5}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="seqlen 2k and 8k only")
+    parser.add_argument("--tune", action="store_true", help="time every tile candidate per case")
+    parser.add_argument("--no-efficient", action="store_true", help="skip memory-efficient SDPA")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--out", type=Path, default=Path("."))
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("attention_bench needs a CUDA GPU")
+    launch.set_tuning(args.tune)
+    seqs = [2048, 8192] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
+    impls = ["cudnn", "flash"] + ([] if args.no_efficient else ["efficient"])
+    env = _environment()
+    print(json.dumps(env))
+    rows = []
+    started = time.perf_counter()
+    for dim in (64, 128):
+        for causal in (False, True):
+            for seq in seqs:
+                rows.append(bench_case(seq, dim, causal, args.repeats, impls))
+                print(
+                    f"  hd{dim} S{seq} {'causal' if causal else 'full'}: done ({time.perf_counter() - started:.0f} s)",
+                    flush=True,
+                )
+    _print_table(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "attention_bench.json"
+    path.write_text(
+        json.dumps(
+            {"environment": env, "cases": rows, "wall_s": round(time.perf_counter() - started, 1)},
+            indent=1,
+        )
+    )
+    print(f"wrote {path} ({time.perf_counter() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

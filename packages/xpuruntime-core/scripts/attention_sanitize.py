@@ -1,0 +1,56 @@
+"""Small xrt_flash calls for compute-sanitizer (see attention_sanitize.sh): forward and backward
+over the kernels' edge cases (partial last blocks, causal diagonal, GQA/MQA, packed sequences
+with an empty one, both load paths). Sizes are tiny: the sanitizer slows kernels ~100x."""
+
+from __future__ import annotations
+
+import torch
+
+import xpuruntime.ops as ops
+from xpuruntime.kernels.attention import launch
+from xpuruntime.kernels.attention.tiles import candidates
+
+
+def dense(heads: int, kv_heads: int, seq: int, dim: int, causal: bool) -> None:
+    q = torch.randn(2, heads, seq, dim, device="cuda", dtype=torch.bfloat16)
+    k, v = (
+        torch.randn(2, kv_heads, seq, dim, device="cuda", dtype=torch.bfloat16) for _ in range(2)
+    )
+    capability = torch.cuda.get_device_capability()
+    # every forward candidate: both the tensor-descriptor (TMA) and the pointer load paths
+    for tiles in candidates("forward", dim, capability):
+        out, lse, _ = launch.forward(q, k, v, causal=causal, scale=None, layout="bhsd", tiles=tiles)
+    dq, dk, dv = ops.attention_backward(
+        torch.randn_like(out), q, k, v, out, lse, causal=causal, layout="bhsd"
+    )
+    torch.cuda.synchronize()
+    assert all(torch.isfinite(t).all() for t in (out, dq, dk, dv))
+
+
+def packed(causal: bool) -> None:
+    lengths = [70, 0, 129, 1]
+    cu = torch.tensor(
+        [0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda"
+    )
+    q = torch.randn(sum(lengths), 4, 64, device="cuda", dtype=torch.float16)
+    k, v = (torch.randn(sum(lengths), 2, 64, device="cuda", dtype=torch.float16) for _ in range(2))
+    out, lse = ops.attention(
+        q, k, v, causal=causal, cu_seqlens_q=cu, cu_seqlens_k=cu, return_lse=True
+    )
+    grads = ops.attention_backward(
+        torch.randn_like(out), q, k, v, out, lse, causal=causal, cu_seqlens_q=cu, cu_seqlens_k=cu
+    )
+    torch.cuda.synchronize()
+    assert all(torch.isfinite(t).all() for t in (out, *grads))
+
+
+def main() -> None:
+    for causal in (False, True):
+        dense(4, 4, 200, 64, causal)
+        dense(4, 1, 130, 128, causal)
+        packed(causal)
+    print("attention_sanitize: all calls finished")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""What ``xrt_flash`` can run, asked by the dispatcher before anything is imported or compiled.
+
+The dispatcher's query for ``attention`` carries the shape
+``[batch, seqlen_q, seqlen_k, heads, kv_heads, head_dim, causal, varlen]`` (the two flags as
+0/1), the dtype and the device. Answers cost no torch or Triton import unless the device is a
+GPU (its compute capability comes from torch).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from collections.abc import Sequence
+
+from xpuruntime.kernels.attention.tiles import HEAD_DIMS
+
+__all__ = ["QUERY_FIELDS", "query_shape", "unsupported_reason"]
+
+QUERY_FIELDS = (
+    "batch",
+    "seqlen_q",
+    "seqlen_k",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "causal",
+    "varlen",
+)
+DTYPES = ("float16", "bfloat16")
+MIN_CAPABILITY = (8, 0)
+
+
+def query_shape(
+    *,
+    batch: int,
+    seqlen_q: int,
+    seqlen_k: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    causal: bool,
+    varlen: bool,
+) -> list[int]:
+    """The dispatcher query shape of one attention call."""
+    return [batch, seqlen_q, seqlen_k, heads, kv_heads, head_dim, int(causal), int(varlen)]
+
+
+@functools.cache
+def _missing_packages() -> str:
+    missing = [name for name in ("torch", "triton") if importlib.util.find_spec(name) is None]
+    if not missing:
+        return ""
+    return (
+        f"needs {' and '.join(missing)} (the kernel is written in Triton and launched on "
+        "PyTorch tensors): pip install torch triton (Linux CUDA wheels of torch ship Triton)"
+    )
+
+
+@functools.cache
+def _capability(index: int) -> tuple[int, int] | None:
+    import torch
+
+    if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+        return None
+    major, minor = torch.cuda.get_device_capability(index)
+    return int(major), int(minor)
+
+
+def _device_reason(device: str) -> str:
+    if device == "cpu":
+        if os.environ.get("TRITON_INTERPRET", "0") == "1":
+            return _missing_packages()  # Triton's CPU interpreter (tests)
+        return (
+            "runs on NVIDIA GPUs of compute capability 8.0 or newer (the input is on the CPU; "
+            "set TRITON_INTERPRET=1 only to test the kernel in Triton's slow CPU interpreter)"
+        )
+    kind, _, index = device.partition(":")
+    if kind != "cuda":
+        return f"runs on CUDA devices, not {device}"
+    capability = _capability(int(index or 0))
+    if capability is None:
+        return f"PyTorch sees no CUDA device {device}"
+    if capability < MIN_CAPABILITY:
+        return (
+            f"needs compute capability 8.0 or newer (Ampere, Ada, Hopper, Blackwell); {device} "
+            f"is {capability[0]}.{capability[1]}"
+        )
+    return ""
+
+
+def unsupported_reason(op: str, shape: Sequence[int], dtype: str, device: str) -> str:
+    """'' when ``xrt_flash`` can run the query, else why not (shown to the user)."""
+    if op != "attention":
+        return f"implements attention, not {op}"
+    if len(shape) != len(QUERY_FIELDS):
+        return f"expects the attention query shape [{', '.join(QUERY_FIELDS)}], got {list(shape)}"
+    fields = dict(zip(QUERY_FIELDS, shape, strict=True))
+    if dtype not in DTYPES:
+        return f"supports float16 and bfloat16, not {dtype} (cast the inputs, or use autocast)"
+    if fields["head_dim"] not in HEAD_DIMS:
+        return f"supports head sizes {', '.join(map(str, HEAD_DIMS))}, not {fields['head_dim']}"
+    heads, kv_heads = fields["heads"], fields["kv_heads"]
+    if kv_heads <= 0 or heads % kv_heads:
+        return (
+            f"query heads ({heads}) must be a multiple of key/value heads ({kv_heads}) "
+            "for grouped-query attention"
+        )
+    if device == "cpu" or not device.startswith("cuda"):
+        return _device_reason(device)
+    return _missing_packages() or _device_reason(device)

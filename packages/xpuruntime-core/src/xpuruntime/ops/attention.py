@@ -1,0 +1,253 @@
+"""``attention`` and ``attention_backward``: fused attention through the kernel policy.
+
+The dispatcher resolves op ``attention`` (query shape
+``[batch, seqlen_q, seqlen_k, heads, kv_heads, head_dim, causal, varlen]``) to a registered
+kernel — today ``xrt_flash``, xpuruntime's Triton FlashAttention kernels — and the call runs
+it. Inputs are PyTorch CUDA tensors (other DLPack producers are viewed as torch tensors);
+torch and Triton are imported on the first call, never by ``import xpuruntime``.
+
+For training, :func:`xpuruntime.pytorch.ops.fused_attention` wraps these in a differentiable
+PyTorch custom op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from xpuruntime.ops._calls import DecisionFields, note
+from xpuruntime.policies import KernelPolicy
+from xpuruntime.runtime.dispatch import policy_choice
+from xpuruntime.runtime.errors import InvalidArgumentError, UnsupportedOperationError
+from xpuruntime.runtime.native import core
+from xpuruntime.runtime.record import ExecutionRecord
+from xpuruntime.runtime.streams import StreamLike, stream_handle
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["attention", "attention_backward"]
+
+Layout = Literal["bshd", "bhsd"]
+
+
+def _torch(x: Any, name: str) -> torch.Tensor:
+    try:
+        import torch
+    except ImportError as exc:
+        raise UnsupportedOperationError(
+            "xpuruntime.ops.attention runs Triton kernels on PyTorch tensors: pip install torch"
+        ) from exc
+    if isinstance(x, torch.Tensor):
+        return x.detach()
+    if hasattr(x, "__dlpack__"):
+        from torch.utils.dlpack import from_dlpack
+
+        return from_dlpack(x)
+    raise InvalidArgumentError(
+        f"attention: {name} must be a torch tensor or a DLPack producer, got {type(x).__name__}"
+    )
+
+
+def _dims(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, varlen: bool
+) -> tuple[int, ...]:
+    """(batch, seqlen_q, seqlen_k, heads, kv_heads, head_dim) with the inputs' consistency checked."""
+    rank = 3 if varlen else 4
+    shapes = f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}"
+    if not (q.dim() == k.dim() == v.dim() == rank):
+        what = "(total_tokens, heads, head_dim) with cu_seqlens" if varlen else f"4-D ({layout})"
+        raise InvalidArgumentError(f"attention takes {what} tensors, got {shapes}")
+    if k.shape != v.shape:
+        raise InvalidArgumentError(f"attention: key and value shapes differ: {shapes}")
+    if not (q.dtype == k.dtype == v.dtype) or not (q.device == k.device == v.device):
+        raise InvalidArgumentError(
+            f"attention: query, key and value must share dtype and device, got "
+            f"{q.dtype}/{k.dtype}/{v.dtype} on {q.device}/{k.device}/{v.device}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise InvalidArgumentError(f"attention: head sizes of query and key differ: {shapes}")
+    if varlen:
+        return (0, 0, 0, q.shape[1], k.shape[1], q.shape[2])
+    b, s, h = (0, 1, 2) if layout == "bshd" else (0, 2, 1)
+    if q.shape[b] != k.shape[b]:
+        raise InvalidArgumentError(f"attention: batch sizes differ: {shapes}")
+    return (q.shape[b], q.shape[s], k.shape[s], q.shape[h], k.shape[h], q.shape[-1])
+
+
+def _varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cu_seqlens_q: Any,
+    cu_seqlens_k: Any,
+    max_seqlen_q: int | None,
+    max_seqlen_k: int | None,
+) -> Any:
+    import torch
+
+    from xpuruntime.kernels.attention.launch import Varlen
+
+    if cu_seqlens_q is None or cu_seqlens_k is None:
+        raise InvalidArgumentError(
+            "attention: give both cu_seqlens_q and cu_seqlens_k (or neither)"
+        )
+    cus = []
+    for name, given in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        cu = _torch(given, name)
+        if cu.dim() != 1 or cu.numel() < 1 or cu.dtype != torch.int32 or cu.device != q.device:
+            raise InvalidArgumentError(
+                f"attention: {name} must be a 1-D int32 tensor of batch+1 offsets on {q.device}, "
+                f"got {tuple(cu.shape)} {cu.dtype} on {cu.device}"
+            )
+        cus.append(cu.contiguous())
+    cu_q, cu_k = cus
+    if cu_q.numel() != cu_k.numel():
+        raise InvalidArgumentError(
+            f"attention: cu_seqlens_q and cu_seqlens_k describe different batch sizes "
+            f"({cu_q.numel() - 1} and {cu_k.numel() - 1})"
+        )
+    # Without the maxima the grid size needs the lengths on the host (a device sync).
+    if max_seqlen_q is None:
+        max_seqlen_q = int((cu_q[1:] - cu_q[:-1]).max()) if cu_q.numel() > 1 else 0
+    if max_seqlen_k is None:
+        max_seqlen_k = int((cu_k[1:] - cu_k[:-1]).max()) if cu_k.numel() > 1 else 0
+    return Varlen(cu_q, cu_k, int(max_seqlen_q), int(max_seqlen_k))
+
+
+def _resolve(
+    q: torch.Tensor, dims: Sequence[int], varlen: Any, causal: bool, policy: KernelPolicy | None
+) -> DecisionFields:
+    from xpuruntime.kernels.attention import query_shape
+
+    batch, seqlen_q, seqlen_k, heads, kv_heads, head_dim = dims
+    if varlen is not None:
+        batch = varlen.cu_seqlens_q.numel() - 1
+        seqlen_q, seqlen_k = varlen.max_seqlen_q, varlen.max_seqlen_k
+    shape = query_shape(
+        batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k, heads=heads, kv_heads=kv_heads,
+        head_dim=head_dim, causal=causal, varlen=varlen is not None,
+    )  # fmt: skip
+    kernel, mode, strategy = policy_choice("attention", policy)
+    dtype = str(q.dtype).removeprefix("torch.")
+    device = "cpu" if q.device.type == "cpu" else f"cuda:{q.device.index or 0}"
+    decision: DecisionFields = core().resolve(
+        "attention", shape, dtype, device, kernel, mode, strategy
+    )
+    from xpuruntime.kernels.attention import KERNEL
+
+    if decision[1] != KERNEL:  # a kernel registered by someone else: not launchable from here
+        raise UnsupportedOperationError(
+            f"attention resolved to kernel {decision[1]!r} ({decision[2]}), which "
+            f"xpuruntime.ops.attention cannot launch; pin attention={KERNEL!r}"
+        )
+    return decision
+
+
+def attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    cu_seqlens_q: Any = None,
+    cu_seqlens_k: Any = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+    layout: Layout = "bshd",
+    return_lse: bool = False,
+    policy: KernelPolicy | None = None,
+    stream: StreamLike = None,
+    record: ExecutionRecord | None = None,
+) -> Any:
+    """Softmax attention ``softmax(q kᵀ · scale) v`` on the kernel the policy selects.
+
+    Dense inputs are 4-D, ``(batch, seq, heads, head_dim)`` (``layout="bshd"``, as
+    FlashAttention) or ``(batch, heads, seq, head_dim)`` (``layout="bhsd"``, as PyTorch's SDPA);
+    key and value may have fewer heads than the query (grouped-query / multi-query attention:
+    query heads must be a multiple of key/value heads). With ``cu_seqlens_q``/``cu_seqlens_k``
+    (int32 offsets, batch+1 entries) the inputs are packed ``(total_tokens, heads, head_dim)``
+    sequences without padding; give ``max_seqlen_q``/``max_seqlen_k`` to avoid reading the
+    lengths back to the host.
+
+    ``causal`` masks key ``j > i`` for query ``i`` (top-left aligned, as SDPA's ``is_causal``);
+    ``scale`` defaults to ``1/sqrt(head_dim)``. Returns the output (the query's layout), and
+    with ``return_lse=True`` also the float32 natural-log log-sum-exp of each query row,
+    ``(batch, heads, seqlen_q)`` or ``(heads, total_q)`` for packed input. A policy pinning a
+    kernel that cannot run the call raises :class:`UnsupportedOperationError` with the reason.
+    """
+    query, key, value = _torch(q, "q"), _torch(k, "k"), _torch(v, "v")
+    is_varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    dims = _dims(query, key, value, layout, is_varlen)
+    varlen = (
+        _varlen(query, key, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+        if is_varlen
+        else None
+    )
+    decision = _resolve(query, dims, varlen, causal, policy)
+    from xpuruntime.kernels.attention import launch
+
+    out, lse, detail = launch.forward(
+        query, key, value, causal=causal, scale=scale, layout="thd" if is_varlen else layout,
+        varlen=varlen, stream=None if stream is None else stream_handle(stream),
+    )  # fmt: skip
+    note(decision, detail, record)
+    return (out, lse) if return_lse else out
+
+
+def attention_backward(
+    grad_out: Any,
+    q: Any,
+    k: Any,
+    v: Any,
+    out: Any,
+    lse: Any,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    cu_seqlens_q: Any = None,
+    cu_seqlens_k: Any = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+    layout: Layout = "bshd",
+    policy: KernelPolicy | None = None,
+    stream: StreamLike = None,
+    record: ExecutionRecord | None = None,
+) -> tuple[Any, Any, Any]:
+    """(dq, dk, dv) of :func:`attention` given the output's gradient, the forward's output and
+    its log-sum-exp (``return_lse=True``); same arguments as the forward. dk and dv have the
+    key/value heads (summed over the query heads that share each)."""
+    query, key, value = _torch(q, "q"), _torch(k, "k"), _torch(v, "v")
+    d_out, output, log_sum_exp = (
+        _torch(grad_out, "grad_out"),
+        _torch(out, "out"),
+        _torch(lse, "lse"),
+    )
+    is_varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    dims = _dims(query, key, value, layout, is_varlen)
+    if d_out.shape != query.shape or output.shape != query.shape:
+        raise InvalidArgumentError(
+            f"attention_backward: grad_out {tuple(d_out.shape)} and out {tuple(output.shape)} "
+            f"must have the query's shape {tuple(query.shape)}"
+        )
+    varlen = (
+        _varlen(query, key, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+        if is_varlen
+        else None
+    )
+    expected = (dims[3], query.shape[0]) if is_varlen else (dims[0], dims[3], dims[1])
+    if tuple(log_sum_exp.shape) != expected:
+        raise InvalidArgumentError(
+            f"attention_backward: lse must be the forward's log-sum-exp of shape {expected}, "
+            f"got {tuple(log_sum_exp.shape)}"
+        )
+    decision = _resolve(query, dims, varlen, causal, policy)
+    from xpuruntime.kernels.attention import launch
+
+    dq, dk, dv, detail = launch.backward(
+        d_out, query, key, value, output, log_sum_exp, causal=causal, scale=scale,
+        layout="thd" if is_varlen else layout, varlen=varlen,
+        stream=None if stream is None else stream_handle(stream),
+    )  # fmt: skip
+    note(decision, detail, record)
+    return dq, dk, dv
