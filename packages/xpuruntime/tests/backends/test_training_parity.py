@@ -184,8 +184,8 @@ def _run_op(op: str, device: str) -> None:
     if op == "matmul":
         a = torch.randn(16, 16, device=device)
         (a @ a).sum()
-    elif op == "attention":
-        q = torch.randn(1, 2, 16, 64, device=device, dtype=half)
+    elif op == "attention":  # a shape and dtype every SDPA backend serves on a GPU
+        q = torch.randn(2, 4, 128, 64, device=device, dtype=half)
         xrt_torch.ops.fused_attention(q, q, q)
     elif op == "layernorm":
         xrt_torch.ops.fused_layernorm(torch.randn(4, 32, device=device), [32])
@@ -199,9 +199,12 @@ def training() -> Iterator[None]:
     xrt_torch.clear_kernel_policy()
 
 
-def _training_step(op: str, kernel: KernelPolicy, fallback: str, device: str) -> Any:
-    """set_kernel_policy() as a user calls it (device from the machine), then one step."""
-    xrt_torch.set_kernel_policy(kernel, exec_policy=ExecutionPolicy(fallback=fallback))  # type: ignore[arg-type]
+def _training_step(
+    op: str, kernel: KernelPolicy, fallback: str, device: str, *, policy_device: str = "auto"
+) -> Any:
+    """set_kernel_policy() as a user calls it, then one step on ``device`` tensors."""
+    execution = ExecutionPolicy(device=policy_device, fallback=fallback)  # type: ignore[arg-type]
+    xrt_torch.set_kernel_policy(kernel, exec_policy=execution)
     return xrt_torch.explain(_run_op, op, device)
 
 
@@ -280,5 +283,7 @@ def test_cuda_column_on_a_gpu(
     (op, kernel), mode, fallback = case
     policy = _kernel_policy(op, kernel, mode)
     inference = _outcome(lambda: _inference_session(model, policy, fallback, "cuda"), op)
-    trained = _outcome(lambda: _training_step(op, policy, fallback, "cuda"), op)
+    trained = _outcome(
+        lambda: _training_step(op, policy, fallback, "cuda", policy_device="cuda"), op
+    )
     _check(op, kernel, mode, fallback, "cuda", inference, trained)
