@@ -26,8 +26,15 @@ from xpuruntime.policies import (
         ),
         (
             {"engines": ["openvino"]},
-            {"matmul": "cublasLt"},
-            r"which engines \['onnxruntime', 'tensorrt'\] run, but engines are \['openvino'\]",
+            {"conv": "cudnn"},
+            r"conv is pinned to 'cudnn', which engines \['onnxruntime'\] run, but engines are"
+            r" \['openvino'\]",
+        ),
+        (
+            # TensorRT can only steer towards cuBLAS (tactic sources), never guarantee it.
+            {"engines": ["tensorrt"]},
+            {"matmul": "cublas"},
+            r"which engines \['onnxruntime'\] run, but engines are \['tensorrt'\]",
         ),
         (
             {"device": "npu", "engines": ["openvino", "qnn"]},
@@ -63,12 +70,12 @@ def test_each_contradiction(
 def test_several_contradictions_are_listed_together() -> None:
     with pytest.raises(PolicyConflictError) as caught:
         ExecutionPolicy(
-            device="cpu", engines=["openvino"], kernel_policy=KernelPolicy(matmul="cublasLt")
+            device="cpu", engines=["openvino"], kernel_policy=KernelPolicy(matmul="cublas")
         )
     lines = str(caught.value).splitlines()
     assert lines[0] == "contradictory settings:"
     assert len(lines) == 3
-    assert all(line.startswith("  - matmul is pinned to 'cublasLt'") for line in lines[1:])
+    assert all(line.startswith("  - matmul is pinned to 'cublas'") for line in lines[1:])
 
 
 @pytest.mark.parametrize(
@@ -90,6 +97,8 @@ def test_prefer_and_auto_never_conflict() -> None:
 
 
 def test_training_only_kernels_are_not_bound_by_the_engine_list() -> None:
+    # No inference engine can guarantee cuBLASLt: only PyTorch and xpuruntime's ops run it.
+    ExecutionPolicy(engines=["openvino"], kernel_policy=KernelPolicy(matmul="cublasLt"))
     ExecutionPolicy(engines=["openvino"], kernel_policy=KernelPolicy(layernorm="apex"))
 
 
@@ -100,8 +109,8 @@ def test_document_checks_its_two_sections_together() -> None:
 
 def test_session_time_check_with_the_chosen_engine_and_device() -> None:
     # A policy leaving engine and device open is fine; the choice a session makes is not.
-    policy = ExecutionPolicy(kernel_policy=KernelPolicy(matmul="cublasLt"))
-    check_conflicts(policy, policy.kernel_policy, engine="tensorrt", device="cuda:0")
+    policy = ExecutionPolicy(kernel_policy=KernelPolicy(matmul="cublas"))
+    check_conflicts(policy, policy.kernel_policy, engine="onnxruntime", device="cuda:0")
     with pytest.raises(PolicyConflictError, match="engines are \\['openvino'\\]"):
         check_conflicts(policy, policy.kernel_policy, engine="openvino")
     with pytest.raises(PolicyConflictError, match="device is 'cpu'"):

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from xpuruntime.policies.execution_policy import SECTION_FIELDS
+
 PACKAGE = Path(__file__).resolve().parents[1]
 UV = shutil.which("uv")
 
@@ -82,10 +84,9 @@ def test_wheel_alone_in_a_fresh_venv(tmp_path: Path) -> None:
     bad = _run(cli, "validate", "bad.json", cwd=tmp_path)
     assert bad.returncode == 1
     assert bad.stderr == (
-        "error: bad.json: execution: unknown setting 'precison'. Valid choices: cache_dir,"
-        " cuda_graphs, deterministic, device, engine_options, engines, fallback,"
-        " graph_optimization, input_shapes, memory, num_threads, performance_hint, precision,"
-        " profiling, quantized_model, static_shape. Did you mean 'precision'?\n"
+        "error: bad.json: execution: unknown setting 'precison'. Valid choices: "
+        + ", ".join(sorted(SECTION_FIELDS))
+        + ". Did you mean 'precision'?\n"
     )
 
     changed = _run(cli, "diff", "good.yaml", "changed.toml", cwd=tmp_path)

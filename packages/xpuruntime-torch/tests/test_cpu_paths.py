@@ -116,3 +116,23 @@ def test_explain_cpu_step_names_the_operators_that_ran() -> None:
     assert ops["attention"].requested == "math"
     assert record.runs[0].latency_ms > 0
     assert any(d.op == "attention" and d.kernel == "math" for d in record.decisions)
+
+
+def test_explain_catches_a_step_running_where_the_pinned_kernel_does_not() -> None:
+    """Decided for CUDA, run on the CPU: the step's matmuls cannot be cuBLAS."""
+    _model, step = _model_and_step()
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    strict = ExecutionPolicy(device="cuda", fallback="error")
+    with (
+        xrt_torch.kernel_policy(matmul="cublas", exec_policy=strict),
+        pytest.raises(UnsupportedOperationError, match=r"pins matmul='cublas'.*ran on cpu"),
+    ):
+        xrt_torch.explain(step, x, y)
+    allow = ExecutionPolicy(device="cuda", fallback="allow")
+    with xrt_torch.kernel_policy(matmul="cublas", exec_policy=allow):
+        record = xrt_torch.explain(step, x, y)
+    matmuls = [node for node in record.nodes if node.op_type == "matmul"]
+    assert matmuls
+    assert all(node.placement == "fallback" and node.chosen == "cpu" for node in matmuls)
+    assert {f.what for f in record.fallbacks} == {"kernel for matmul"}
+    assert all(f.mode == "allow" and f.requested == "cublas" for f in record.fallbacks)

@@ -15,9 +15,12 @@ from torch._C._autograd import DeviceType
 from torch.autograd.profiler_util import FunctionEvent
 
 import xpuruntime.pytorch as xrt_torch
-from xpuruntime.policies import ExecutionPolicy
+from xpuruntime.policies import ExecutionPolicy, KernelPolicy
 from xpuruntime.pytorch.explain import record_from_events
-from xpuruntime.runtime.errors import FallbackError
+from xpuruntime.runtime.errors import UnsupportedOperationError
+
+# The events are a CUDA step's: the policy is decided for CUDA, as on the machine that ran it.
+CUDA = ExecutionPolicy(device="cuda")
 
 
 def _event(id: int, name: str, start: float, **extra: object) -> FunctionEvent:
@@ -55,7 +58,7 @@ def test_colliding_ids_attribute_the_kernel_to_the_operator_once() -> None:
         linked_correlation_id=3083,
     )
     launch = _event(3084, "cudaLaunchKernel", 3.0, linked_correlation_id=3083)
-    with xrt_torch.kernel_policy(attention="flash_v2"):
+    with xrt_torch.kernel_policy(attention="flash_v2", exec_policy=CUDA):
         record = record_from_events([sdpa, forward, lazy, launch, kernel, kernel])
     assert len(record.kernels) == 1
     seen = record.kernels[0]
@@ -76,8 +79,32 @@ def test_a_kernel_of_another_backend_than_pinned_goes_through_fallback() -> None
     )
     with (
         xrt_torch.kernel_policy(
-            attention="flash_v2", exec_policy=ExecutionPolicy(fallback="error")
+            attention="flash_v2", exec_policy=ExecutionPolicy(device="cuda", fallback="error")
         ),
-        pytest.raises(FallbackError, match="fmha_cutlassF"),
+        pytest.raises(UnsupportedOperationError, match=r"pins attention='flash_v2'.*fmha_cutlassF"),
+    ):
+        record_from_events([op, kernel])
+
+
+def test_a_device_kernel_for_an_op_asking_for_a_cpu_kernel_is_a_fallback() -> None:
+    op = _event(5, "aten::mm", 0.0, activity_type="cpu_op")
+    kernel = _event(
+        6, "ampere_sgemm_128x64_nn", 2.0, device_type=DeviceType.CUDA, linked_correlation_id=5
+    )
+    preferred = KernelPolicy().set("matmul", "cpu", "prefer")
+    allow = ExecutionPolicy(device="cpu", fallback="allow")
+    with xrt_torch.kernel_policy(preferred, exec_policy=allow):
+        record = record_from_events([op, kernel])
+    (node,) = record.nodes
+    assert (node.placement, node.reason) == ("fallback", "aten::mm ran on cuda; 'cpu' runs on cpu")
+    (fallback,) = record.fallbacks
+    assert (fallback.requested, fallback.chosen, fallback.mode) == (
+        "cpu",
+        "aten::mm on cuda",
+        "allow",
+    )
+    with (
+        xrt_torch.kernel_policy(matmul="cpu", exec_policy=ExecutionPolicy(fallback="error")),
+        pytest.raises(UnsupportedOperationError, match=r"pins matmul='cpu'.*aten::mm ran on cuda"),
     ):
         record_from_events([op, kernel])

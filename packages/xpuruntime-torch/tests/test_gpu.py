@@ -190,3 +190,23 @@ def test_set_allocator_after_cuda_init_explains_the_order() -> None:
     torch.zeros(1, device="cuda")
     with pytest.raises(xrt_torch.errors.AllocatorError, match="first thing in a fresh process"):
         xrt_torch.set_allocator()
+
+
+def test_explain_catches_ops_running_where_their_pinned_kernel_does_not() -> None:
+    """Set on a GPU machine, the policy is decided for CPU and CUDA; the step decides."""
+    strict = ExecutionPolicy(fallback="error")
+    cpu = torch.randn(64, 64)
+    gpu = cpu.cuda()
+    with xrt_torch.kernel_policy(matmul="cublasLt", exec_policy=strict):
+        xrt_torch.explain(lambda: gpu @ gpu)  # cuBLASLt can serve this one
+        with pytest.raises(UnsupportedOperationError, match=r"pins matmul='cublasLt'.*ran on cpu"):
+            xrt_torch.explain(lambda: cpu @ cpu)
+    with xrt_torch.kernel_policy(matmul="cpu", exec_policy=strict):
+        xrt_torch.explain(lambda: cpu @ cpu)
+        with pytest.raises(UnsupportedOperationError, match=r"pins matmul='cpu'.*ran on cuda"):
+            xrt_torch.explain(lambda: gpu @ gpu)
+    allow = ExecutionPolicy(fallback="allow")
+    with xrt_torch.kernel_policy(conv="onednn", exec_policy=allow):
+        image = torch.randn(1, 3, 16, 16, device="cuda")
+        record = xrt_torch.explain(lambda: F.conv2d(image, torch.randn(4, 3, 3, 3, device="cuda")))
+    assert any(f.what == "kernel for conv" and f.mode == "allow" for f in record.fallbacks)

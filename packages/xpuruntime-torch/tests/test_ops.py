@@ -9,7 +9,7 @@ import torch.nn.functional as F
 import xpuruntime.pytorch as xrt_torch
 from xpuruntime.policies import ExecutionPolicy, KernelPolicy, OpPolicy
 from xpuruntime.pytorch.ops import fused_attention, fused_layernorm
-from xpuruntime.runtime.errors import FallbackError, UnsupportedOperationError
+from xpuruntime.runtime.errors import UnsupportedOperationError
 from xpuruntime.runtime.record import FallbackWarning
 
 
@@ -30,10 +30,12 @@ def test_fused_attention_opcheck(kernel: str) -> None:
     mode = "auto" if kernel == "auto" else "pin"
     dtype = torch.float32 if kernel == "flash_v2" else torch.float64
     q, k, v = (t.detach().to(dtype).requires_grad_() for t in (q, k, v))
-    torch.library.opcheck(
-        torch.ops.xpuruntime.fused_attention.default,
-        (q, k, v, None, 0.0, True, None, kernel, mode),
-    )
+    # flash_v2 cannot serve CPU tensors: this checks the (recorded) fallback path too.
+    with xrt_torch.kernel_policy(exec_policy=ExecutionPolicy(fallback="allow")):
+        torch.library.opcheck(
+            torch.ops.xpuruntime.fused_attention.default,
+            (q, k, v, None, 0.0, True, None, kernel, mode),
+        )
 
 
 def test_fused_attention_matches_sdpa_forward_and_backward() -> None:
@@ -52,31 +54,45 @@ def test_fused_attention_matches_sdpa_forward_and_backward() -> None:
         torch.testing.assert_close(tensor.grad, grad)
 
 
-def test_pinned_backend_that_cannot_serve_raises_with_pytorchs_reason() -> None:
+# Decided for CUDA while these CPU tensors run: the op itself finds the kernel off its device.
+CUDA_ERROR = ExecutionPolicy(device="cuda", fallback="error")
+
+
+def test_pinned_backend_that_cannot_serve_this_device_raises() -> None:
     q, k, v = _qkv(requires_grad=False)
-    # PyTorch has no memory-efficient attention kernel for CPU tensors.
     with (
-        xrt_torch.kernel_policy(attention="efficient"),
-        pytest.raises(UnsupportedOperationError, match="pinned to 'efficient'") as info,
+        xrt_torch.kernel_policy(attention="efficient", exec_policy=CUDA_ERROR),
+        pytest.raises(UnsupportedOperationError, match="pins attention='efficient'") as info,
     ):
         fused_attention(q, k, v)
-    assert "PyTorch says" in str(info.value)
-    assert "No viable backend" in str(info.value) or "No available kernel" in str(info.value)
+    assert "tensors are on cpu" in str(info.value)
 
 
-def test_preferred_backend_falls_back_per_fallback_mode() -> None:
+def test_pinned_backend_falls_back_under_warn_with_pytorchs_choice() -> None:
+    q, k, v = _qkv(requires_grad=False)
+    expected = F.scaled_dot_product_attention(q, k, v)
+    policy = ExecutionPolicy(device="cuda", fallback="warn")
+    with xrt_torch.kernel_policy(attention="efficient", exec_policy=policy) as record:
+        with pytest.warns(FallbackWarning, match="kernel for attention"):
+            out = fused_attention(q, k, v)
+        torch.testing.assert_close(out, expected)
+        assert (record.fallbacks[-1].requested, record.fallbacks[-1].mode) == ("efficient", "warn")
+        assert record.decisions[-1].kernel == "auto"
+
+
+def test_preferred_backend_falls_back_warned_even_under_error() -> None:
+    # Preferring accepts a fallback (inference treats 'prefer' the same way).
     q, k, v = _qkv(requires_grad=False)
     policy = KernelPolicy(attention=OpPolicy(kernel="efficient", mode="prefer"))
-    with (
-        xrt_torch.kernel_policy(policy, exec_policy=ExecutionPolicy(fallback="error")),
-        pytest.raises(FallbackError, match="efficient"),
-    ):
-        fused_attention(q, k, v)
-    with xrt_torch.kernel_policy(policy, exec_policy=ExecutionPolicy(fallback="warn")) as record:
+    with xrt_torch.kernel_policy(policy, exec_policy=CUDA_ERROR) as record:
         with pytest.warns(FallbackWarning, match="attention"):
-            out = fused_attention(q, k, v)
+            fused_attention(q, k, v)
+        assert record.fallbacks[-1].mode == "warn"
+    allow = ExecutionPolicy(device="cuda", fallback="allow")
+    with xrt_torch.kernel_policy(policy, exec_policy=allow) as record:
+        out = fused_attention(q, k, v)
         torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
-        assert record.fallbacks[-1].requested == "efficient"
+        assert record.fallbacks[-1].mode == "allow"
         assert record.decisions[-1].kernel == "auto"
 
 
@@ -137,13 +153,18 @@ def test_fused_layernorm_multi_dim_normalized_shape() -> None:
     torch.testing.assert_close(got, F.layer_norm(x, [4, 5], weight, bias))
 
 
-def test_core_layernorm_pinned_on_unsupported_dtype_raises() -> None:
+def test_core_layernorm_pinned_on_unsupported_dtype_follows_the_fallback_mode() -> None:
     x = torch.randn(3, 8, dtype=torch.bfloat16)
     with (
-        xrt_torch.kernel_policy(layernorm="cpu"),
-        pytest.raises(UnsupportedOperationError, match="layernorm pinned to 'cpu'"),
+        xrt_torch.kernel_policy(layernorm="cpu", exec_policy=ExecutionPolicy(fallback="error")),
+        pytest.raises(UnsupportedOperationError, match="pins layernorm='cpu'"),
     ):
         fused_layernorm(x, [8])
+    with xrt_torch.kernel_policy(layernorm="cpu") as record:
+        with pytest.warns(FallbackWarning, match="kernel for layernorm"):
+            got = fused_layernorm(x, [8])
+        torch.testing.assert_close(got, F.layer_norm(x, [8]))
+        assert record.decisions[-1].kernel == "torch"
 
 
 def test_core_layernorm_auto_on_unsupported_dtype_uses_pytorch() -> None:

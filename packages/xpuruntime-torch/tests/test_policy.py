@@ -6,10 +6,20 @@ import pytest
 import torch
 
 import xpuruntime.pytorch as xrt_torch
-from xpuruntime.policies import ExecutionPolicy, KernelPolicy, OpPolicy, PolicyError
+from xpuruntime.policies import (
+    ExecutionPolicy,
+    KernelPolicy,
+    OpPolicy,
+    PolicyConflictError,
+    PolicyError,
+)
 from xpuruntime.pytorch.switches import SWITCHES, read_all
 from xpuruntime.runtime.errors import FallbackError, UnsupportedOperationError
 from xpuruntime.runtime.record import ExecutionRecord, FallbackWarning
+
+# Kernels decided for a CUDA device: CUDA kernels set PyTorch's switches on any machine.
+CUDA = ExecutionPolicy(device="cuda")
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks a CPU-only machine")
 
 
 def _setting(record: ExecutionRecord, name: str):  # type: ignore[no-untyped-def]
@@ -31,8 +41,9 @@ def test_matmul_cublaslt_sets_preferred_blas_library_and_reads_back() -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a build without cuBLASLt")
 def test_pinned_cublaslt_on_a_build_without_it_raises_pytorchs_refusal() -> None:
     before = read_all()
+    strict = ExecutionPolicy(device="cuda", fallback="error")
     with pytest.raises(UnsupportedOperationError, match="not been compiled with cuBLASLt"):
-        xrt_torch.set_kernel_policy(matmul="cublasLt", attention="math")
+        xrt_torch.set_kernel_policy(matmul="cublasLt", attention="math", exec_policy=strict)
     assert read_all() == before  # nothing half-applied
     assert xrt_torch.get_kernel_policy() is None
 
@@ -40,23 +51,69 @@ def test_pinned_cublaslt_on_a_build_without_it_raises_pytorchs_refusal() -> None
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a build without cuBLASLt")
 def test_preferred_cublaslt_on_a_build_without_it_is_recorded() -> None:
     policy = KernelPolicy(matmul=OpPolicy(kernel="cublasLt", mode="prefer"))
-    record = xrt_torch.set_kernel_policy(policy, exec_policy=ExecutionPolicy(fallback="allow"))
+    record = xrt_torch.set_kernel_policy(
+        policy, exec_policy=ExecutionPolicy(device="cuda", fallback="allow")
+    )
     setting = _setting(record, "matmul")
     assert not setting.honoured
     assert setting.applied == {"preferred_blas_library": "cublas"}
     assert "not been compiled with cuBLASLt" in setting.note
-    assert record.fallbacks[0].what == "setting matmul"
+    (fallback,) = record.fallbacks
+    assert (fallback.what, fallback.mode) == ("kernel for matmul", "allow")
+
+
+@no_cuda
+def test_cuda_kernel_pinned_on_a_cpu_machine_follows_the_fallback_mode() -> None:
+    """The issue's case: training and inference must treat this pin alike."""
+    before = read_all()
+    strict = ExecutionPolicy(fallback="error")
+    with pytest.raises(UnsupportedOperationError, match=r"pins matmul='cublasLt'.*runs on cuda"):
+        xrt_torch.set_kernel_policy(KernelPolicy(matmul="cublasLt"), exec_policy=strict)
+    assert read_all() == before
+    with pytest.warns(FallbackWarning, match="kernel for matmul"):
+        record = xrt_torch.set_kernel_policy(matmul="cublasLt")
+    (fallback,) = record.fallbacks
+    assert (fallback.requested, fallback.chosen, fallback.mode) == (
+        "cublasLt",
+        "PyTorch's default kernel",
+        "warn",
+    )
+    assert read_all() == before  # nothing switched for a kernel that cannot run here
+    assert xrt_torch.get_kernel_policy() == KernelPolicy(matmul="cublasLt")
+
+
+@no_cuda
+def test_cpu_matmul_is_a_kernel_pytorch_runs_on_the_cpu() -> None:
+    record = xrt_torch.set_kernel_policy(
+        matmul="cpu", conv="onednn", exec_policy=ExecutionPolicy(fallback="error")
+    )
+    assert _setting(record, "matmul").honoured
+    assert _setting(record, "conv").applied == {"mkldnn.enabled": True}
+    assert record.fallbacks == []
+
+
+def test_cpu_kernel_for_cuda_is_a_conflict_when_pinned_and_a_fallback_when_preferred() -> None:
+    policy = ExecutionPolicy(device="cuda", fallback="error")
+    # The policy layer refuses the contradiction before PyTorch is touched (as inference does).
+    with pytest.raises(PolicyConflictError, match="pinned to 'cpu'"):
+        xrt_torch.set_kernel_policy(matmul="cpu", exec_policy=policy)
+    preferred = KernelPolicy().set("matmul", "cpu", "prefer")
+    with pytest.warns(FallbackWarning, match="'cpu' runs on cpu and this training runs on cuda"):
+        xrt_torch.set_kernel_policy(preferred, exec_policy=policy)
 
 
 def test_matmul_cublas_reads_back() -> None:
-    record = xrt_torch.set_kernel_policy(matmul="cublas")
+    record = xrt_torch.set_kernel_policy(matmul="cublas", exec_policy=CUDA)
     assert _setting(record, "matmul").applied == {"preferred_blas_library": "cublas"}
-    assert record.policy_hash == KernelPolicy(matmul="cublas").content_hash()
+    assert (
+        record.policy_hash
+        == CUDA.replace(kernel_policy=KernelPolicy(matmul="cublas")).content_hash()
+    )
     assert xrt_torch.get_kernel_policy() == KernelPolicy(matmul="cublas")
 
 
 def test_pinned_attention_leaves_only_that_sdpa_backend_enabled() -> None:
-    record = xrt_torch.set_kernel_policy(KernelPolicy(attention="flash_v2"))
+    record = xrt_torch.set_kernel_policy(KernelPolicy(attention="flash_v2"), exec_policy=CUDA)
     assert torch.backends.cuda.flash_sdp_enabled()
     assert not torch.backends.cuda.mem_efficient_sdp_enabled()
     assert not torch.backends.cuda.math_sdp_enabled()
@@ -112,7 +169,7 @@ def test_cudnn_benchmark_follows_the_throughput_hint() -> None:
 def test_new_policy_replaces_previous_one() -> None:
     before = read_all()
     xrt_torch.set_kernel_policy(attention="math")
-    xrt_torch.set_kernel_policy(matmul="cublas")
+    xrt_torch.set_kernel_policy(matmul="cublas", exec_policy=CUDA)
     # attention is no longer pinned: its switches are back to what they were
     for name in ("sdp.flash", "sdp.mem_efficient", "sdp.math", "sdp.cudnn"):
         assert SWITCHES[name].read() == before[name]
@@ -122,7 +179,7 @@ def test_clear_restores_every_switch() -> None:
     before = read_all()
     xrt_torch.set_kernel_policy(
         KernelPolicy(attention="efficient"),
-        exec_policy=ExecutionPolicy(precision="tf32", deterministic=True),
+        exec_policy=ExecutionPolicy(device="cuda", precision="tf32", deterministic=True),
     )
     assert read_all() != before
     xrt_torch.clear_kernel_policy()
@@ -138,21 +195,34 @@ def test_set_without_arguments_clears() -> None:
 
 def test_pinned_kernel_pytorch_cannot_select_raises_and_changes_nothing() -> None:
     before = read_all()
-    with pytest.raises(UnsupportedOperationError, match="cannot run under PyTorch") as info:
-        xrt_torch.set_kernel_policy(matmul="cublas", layernorm="apex")
-    assert "'apex'" in str(info.value)
+    strict = ExecutionPolicy(device="cuda", fallback="error")
+    with pytest.raises(UnsupportedOperationError, match="pins layernorm='apex'") as info:
+        xrt_torch.set_kernel_policy(matmul="cublas", layernorm="apex", exec_policy=strict)
+    assert "no 'apex' kernel" in str(info.value)
     assert read_all() == before
     assert xrt_torch.get_kernel_policy() is None
 
 
-def test_preferred_kernel_pytorch_cannot_select_follows_fallback_mode() -> None:
+def test_preferred_kernel_pytorch_cannot_select_is_warned_or_recorded() -> None:
+    # Preferring accepts a fallback: warned even under fallback='error', as in inference.
     policy = KernelPolicy(layernorm=OpPolicy(kernel="apex", mode="prefer"))
-    with pytest.raises(FallbackError, match="apex"):
-        xrt_torch.set_kernel_policy(policy, exec_policy=ExecutionPolicy(fallback="error"))
     with pytest.warns(FallbackWarning, match="apex"):
-        record = xrt_torch.set_kernel_policy(policy, exec_policy=ExecutionPolicy(fallback="warn"))
-    assert record.fallbacks[0].requested == "apex"
-    assert record.fallbacks[0].chosen == "pytorch default"
+        record = xrt_torch.set_kernel_policy(policy, exec_policy=ExecutionPolicy(fallback="error"))
+    assert (record.fallbacks[0].requested, record.fallbacks[0].mode) == ("apex", "warn")
+    assert record.fallbacks[0].chosen == "PyTorch's default kernel"
+    record = xrt_torch.set_kernel_policy(policy, exec_policy=ExecutionPolicy(fallback="allow"))
+    assert record.fallbacks[0].mode == "allow"
+
+
+def test_op_of_an_unapplied_entry_runs_pytorchs_default_without_a_second_fallback() -> None:
+    policy = KernelPolicy(layernorm=OpPolicy(kernel="apex", mode="prefer"))
+    with xrt_torch.kernel_policy(policy, exec_policy=ExecutionPolicy(fallback="allow")) as record:
+        x = torch.randn(2, 8)
+        torch.testing.assert_close(
+            xrt_torch.ops.fused_layernorm(x, [8]), torch.nn.functional.layer_norm(x, [8])
+        )
+        assert len(record.fallbacks) == 1
+        assert record.decisions[-1].mode == "auto"
 
 
 def test_policy_and_keywords_together_are_rejected() -> None:

@@ -11,6 +11,10 @@ import xpuruntime.pytorch as xrt_torch
 from xpuruntime.policies import ExecutionPolicy, KernelPolicy
 from xpuruntime.pytorch.switches import read_all
 
+# Kernels decided for a CUDA device, so CUDA kernels set PyTorch's switches on any machine
+# (without it, a CPU-only machine rightly records them as fallbacks and switches nothing).
+CUDA = ExecutionPolicy(device="cuda")
+
 
 def _blas() -> str:
     return torch.backends.cuda.preferred_blas_library().name.lower()
@@ -18,7 +22,7 @@ def _blas() -> str:
 
 def test_scope_applies_and_restores() -> None:
     before = read_all()
-    with xrt_torch.kernel_policy(matmul="cublas", attention="math") as record:
+    with xrt_torch.kernel_policy(matmul="cublas", attention="math", exec_policy=CUDA) as record:
         assert _blas() == "cublas"
         assert not torch.backends.cuda.flash_sdp_enabled()
         assert all(setting.honoured for setting in record.settings)
@@ -29,8 +33,8 @@ def test_scope_applies_and_restores() -> None:
 
 def test_nested_scopes_restore_the_outer_policy() -> None:
     xrt_torch.set_kernel_policy(attention="math")
-    with xrt_torch.kernel_policy(attention="flash_v2"):
-        with xrt_torch.kernel_policy(matmul="cublas"):
+    with xrt_torch.kernel_policy(attention="flash_v2", exec_policy=CUDA):
+        with xrt_torch.kernel_policy(matmul="cublas", exec_policy=CUDA):
             assert xrt_torch.get_kernel_policy() == KernelPolicy(matmul="cublas")
             assert torch.backends.cuda.math_sdp_enabled()
         assert torch.backends.cuda.flash_sdp_enabled()
@@ -41,7 +45,7 @@ def test_nested_scopes_restore_the_outer_policy() -> None:
 
 def test_scope_restores_after_an_exception() -> None:
     before = read_all()
-    with pytest.raises(KeyError), xrt_torch.kernel_policy(attention="efficient"):
+    with pytest.raises(KeyError), xrt_torch.kernel_policy(attention="efficient", exec_policy=CUDA):
         raise KeyError("boom")
     assert read_all() == before
 
@@ -92,7 +96,7 @@ def test_many_threads_switching_concurrently_leave_a_consistent_state() -> None:
     def worker(kernel: str) -> None:
         try:
             for _ in range(50):
-                with xrt_torch.kernel_policy(attention=kernel):
+                with xrt_torch.kernel_policy(attention=kernel, exec_policy=CUDA):
                     pass
         except BaseException as error:  # collected and asserted below
             errors.append(error)

@@ -22,7 +22,8 @@ import torch.nn.functional as F
 import xpuruntime.pytorch as xrt_torch
 from xpuruntime.policies import ExecutionPolicy, OpPolicy
 from xpuruntime.pytorch.ops import fused_attention
-from xpuruntime.runtime.errors import FallbackError, UnsupportedOperationError
+from xpuruntime.runtime.errors import UnsupportedOperationError
+from xpuruntime.runtime.record import FallbackWarning
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Conversion of an array with ndim:DeprecationWarning"
@@ -103,20 +104,35 @@ def test_compiles_as_one_graph() -> None:
     assert k.grad is not None
 
 
-def test_pinned_kernel_that_cannot_serve_raises() -> None:
+def test_pinned_kernel_that_cannot_serve_raises_under_error() -> None:
+    strict = ExecutionPolicy(fallback="error")
     q, k, v = _inputs(dtype=torch.float32)
     with (
-        xrt_torch.kernel_policy(attention="xrt_flash"),
-        pytest.raises(UnsupportedOperationError, match=r"pins attention to 'xrt_flash'.*float32"),
+        xrt_torch.kernel_policy(attention="xrt_flash", exec_policy=strict),
+        pytest.raises(UnsupportedOperationError, match=r"pins attention='xrt_flash'.*float32"),
     ):
         fused_attention(q, k, v, enable_gqa=True)
     q, k, v = _inputs()
     mask = torch.ones(40, 40, dtype=torch.bool)
     with (
-        xrt_torch.kernel_policy(attention="xrt_flash"),
+        xrt_torch.kernel_policy(attention="xrt_flash", exec_policy=strict),
         pytest.raises(UnsupportedOperationError, match="takes no attn_mask"),
     ):
         fused_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+
+def test_pinned_kernel_that_cannot_serve_warns_and_records_under_warn() -> None:
+    q, k, v = _inputs(dtype=torch.float32)
+    with (
+        xrt_torch.kernel_policy(attention="xrt_flash") as record,
+        pytest.warns(FallbackWarning, match="float32"),
+    ):
+        out = fused_attention(q, k, v, enable_gqa=True)
+    ref, _ = _reference(q, k, v, False)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    assert [(f.requested, f.chosen, f.mode) for f in record.fallbacks] == [
+        ("xrt_flash", "torch", "warn")
+    ]
 
 
 def test_preferred_kernel_falls_back_to_sdpa_through_the_fallback_mode() -> None:
@@ -129,9 +145,11 @@ def test_preferred_kernel_falls_back_to_sdpa_through_the_fallback_mode() -> None
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     assert [(f.requested, f.chosen) for f in record.fallbacks] == [("xrt_flash", "torch")]
     assert "float32" in record.fallbacks[0].reason
+    # A preferred kernel accepts a fallback by definition: under 'error' it is warned, as in
+    # inference (the one kernel fallback rule).
     with (
         xrt_torch.kernel_policy(**prefer, exec_policy=ExecutionPolicy(fallback="error")),
-        pytest.raises(FallbackError),
+        pytest.warns(FallbackWarning, match="xrt_flash"),
     ):
         fused_attention(q, k, v, enable_gqa=True)
 

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from xpuruntime.runtime.errors import FallbackError, RecordSchemaError
+from xpuruntime.runtime.errors import FallbackError, RecordSchemaError, UnsupportedOperationError
 
 #: 2 added NodeRecord.placement/reason, DecisionRecord.status and ExecutionRecord.policy_sources.
 RECORD_SCHEMA_VERSION = 2
@@ -179,6 +179,38 @@ class ExecutionRecord(msgspec.Struct, forbid_unknown_fields=True):
         )
         if mode == "warn":
             warnings.warn(message, FallbackWarning, stacklevel=_user_stacklevel())
+
+    def kernel_fallback(
+        self,
+        *,
+        op: str,
+        kernel: str,
+        entry_mode: str,
+        chosen: str,
+        reason: str,
+        mode: FallbackMode,
+        hint: str = "",
+    ) -> None:
+        """A kernel the KernelPolicy names cannot run: the one rule for training and inference.
+
+        A pinned kernel (``entry_mode="pin"``) under ``fallback="error"`` raises
+        :class:`UnsupportedOperationError`; under ``warn`` / ``allow`` it is a fallback of that
+        mode. A preferred kernel accepts a fallback by definition, so it is recorded with
+        ``allow`` under ``fallback="allow"`` and warned otherwise. ``hint`` (a sentence) says
+        what else the user can do, before the generic advice.
+        """
+        if entry_mode == "pin" and mode == "error":
+            raise UnsupportedOperationError(
+                f"KernelPolicy pins {op}={kernel!r} but {reason}. {hint}Set mode='prefer' "
+                f"(KernelPolicy().set({op!r}, {kernel!r}, mode='prefer')) or "
+                f"ExecutionPolicy(fallback='warn') to run {chosen} and record it."
+            )
+        recorded: FallbackMode = (
+            mode if entry_mode == "pin" else ("allow" if mode == "allow" else "warn")
+        )
+        self.fallback(
+            what=f"kernel for {op}", requested=kernel, chosen=chosen, reason=reason, mode=recorded
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The record as plain JSON-compatible Python objects."""

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xpuruntime.inference.settings import add_setting
-from xpuruntime.runtime.errors import UnsupportedOperationError
 from xpuruntime.runtime.record import DecisionRecord, ExecutionRecord
 
 if TYPE_CHECKING:
@@ -95,21 +94,14 @@ def apply_kernel_policy(
         )
         add_setting(record, name, f"{kernel} ({mode})", _applied(found), False, reason)
         chosen = f"{engine}'s own choice"
-        if mode == "pin" and fallback == "error":
-            raise UnsupportedOperationError(
-                f"KernelPolicy pins {op}={kernel!r} but {reason}. Use another engine, set "
-                f"mode='prefer' (KernelPolicy().set({op!r}, {kernel!r}, mode='prefer')), or "
-                f"ExecutionPolicy(fallback='warn') to run with the engine's kernels and record it"
-            )
-        mode_for_record = (
-            fallback if mode == "pin" else ("allow" if fallback == "allow" else "warn")
-        )
-        record.fallback(
-            what=f"kernel for {op}",
-            requested=kernel,
+        record.kernel_fallback(
+            op=op,
+            kernel=kernel,
+            entry_mode=mode,
             chosen=chosen,
             reason=reason,
-            mode=mode_for_record,  # type: ignore[arg-type]
+            mode=fallback,  # type: ignore[arg-type]
+            hint="Use another engine that runs it. ",
         )
         _decide(record, op, chosen, mode, reason, device)
     return options

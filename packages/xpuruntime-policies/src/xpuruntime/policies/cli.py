@@ -130,17 +130,33 @@ def schema(output: Path | None) -> None:
 @policy.command()
 @click.argument("op", required=False)
 def kernels(op: str | None) -> None:
-    """List the ops and kernels a policy may name (of OP only, if given)."""
+    """List the ops and kernels a policy may name (of OP only, if given), with the engines
+    that honour a pin of each kernel and on which devices, as each installed engine's own
+    table says (engines marked * are described by the built-in list instead)."""
+    unpublished: dict[str, str] = {}
     try:
         ops = [op] if op else vocabulary.known_ops()
         for name in ops:
             click.echo(f"{name}:")
             for spec in vocabulary.kernels_for(name):
                 devices = ",".join(sorted(spec.devices))
-                engines = ",".join(sorted(spec.engines))
-                aliases = f"  (also: {', '.join(spec.aliases)})" if spec.aliases else ""
-                click.echo(f"  {spec.name:<12} devices={devices:<9} engines={engines}{aliases}")
+                honoured: list[str] = []
+                steered: list[str] = []
+                for engine, (row, table) in vocabulary.kernel_support(name, spec.name).items():
+                    mark = "" if table.published else "*"
+                    if not table.published:
+                        unpublished[engine] = table.source
+                    entry = f"{engine}{mark}({','.join(sorted(row.devices))})"
+                    (honoured if row.enforced else steered).append(entry)
+                line = f"  {spec.name:<12} devices={devices:<9} engines={','.join(honoured) or '-'}"
+                if steered:
+                    line += f"  prefer-only={','.join(steered)}"
+                if spec.aliases:
+                    line += f"  (also: {', '.join(spec.aliases)})"
+                click.echo(line)
     except PolicyError as error:
         _fail(error)
-    for problem in vocabulary.plugin_problems():
+    for engine, source in sorted(unpublished.items()):
+        click.echo(f"* {engine}: {source}")
+    for problem in (*vocabulary.plugin_problems(), *vocabulary.table_problems()):
         click.echo(f"warning: kernel plugin {problem.entry_point}: {problem.reason}", err=True)

@@ -8,6 +8,16 @@ validating an ordinary policy imports no plugin code.
 
 Engine names come from the built-ins and the names in the ``xpuruntime.engines`` group
 (metadata only; no engine module is imported).
+
+Which engine honours which kernel on which device is each engine's own business: engine and
+runtime packages publish the table their mapping is built from (:class:`SupportedKernel`
+rows) in the entry-point group ``xpuruntime.kernel_support``, named after the engine.
+:func:`engine_tables` reads them (lazily: loading a table may import the engine's package,
+PyTorch included) for listings; an engine whose package is not installed is described by the
+built-in declarations below, and the listing says so. Validating a policy (names, and the
+conflict pre-check against the engine list) reads only the built-in declarations, so it
+imports no engine code; a test keeps those declarations equal to every installed engine's
+table, and each engine applies its own table when it runs.
 """
 
 from __future__ import annotations
@@ -17,10 +27,16 @@ import functools
 import msgspec
 
 from xpuruntime.policies._suggest import choices_hint, shown
-from xpuruntime.policies.errors import UnknownEngineError, UnknownKernelError, UnknownOpError
+from xpuruntime.policies.errors import (
+    PolicyValidationError,
+    UnknownEngineError,
+    UnknownKernelError,
+    UnknownOpError,
+)
 
 KERNELS_ENTRY_POINT_GROUP = "xpuruntime.kernels"
 ENGINES_ENTRY_POINT_GROUP = "xpuruntime.engines"
+KERNEL_SUPPORT_ENTRY_POINT_GROUP = "xpuruntime.kernel_support"
 
 #: Device kinds a policy can pin (``cuda:1`` is kind ``cuda``).
 DEVICE_KINDS = ("cpu", "cuda", "npu")
@@ -35,8 +51,9 @@ class KernelSpec(msgspec.Struct, frozen=True):
     """One kernel that implements one op.
 
     ``engines`` are the inference engines (``onnxruntime``, ``tensorrt``, ...) and runtimes
-    (``torch``, ``xpuruntime``) able to honour a policy that pins this kernel; ``devices``
-    the device kinds it runs on.
+    (``torch``, ``xpuruntime``) declared able to honour a policy that pins this kernel (the
+    built-in declaration; installed engines publish their own tables, see
+    :func:`engine_tables`); ``devices`` the device kinds it runs on.
     """
 
     op: str
@@ -80,11 +97,13 @@ def _kernel(
     )
 
 
-_GPU_ENGINES = "onnxruntime tensorrt torch xpuruntime"
-
+# Declared engines per kernel: kept equal to the tables the engines publish (a test checks
+# every installed one), so the light conflict pre-check agrees with what engines do.
 BUILTIN_KERNELS: tuple[KernelSpec, ...] = (
-    _kernel("matmul", "cublas", "cuda", "cuda", _GPU_ENGINES, "cuBLAS GEMM"),
-    _kernel("matmul", "cublasLt", "cuda", "cuda", _GPU_ENGINES, "cuBLASLt GEMM (epilogue fusion)"),
+    _kernel("matmul", "cublas", "cuda", "cuda", "onnxruntime torch xpuruntime", "cuBLAS GEMM"),
+    _kernel(
+        "matmul", "cublasLt", "cuda", "cuda", "torch xpuruntime", "cuBLASLt GEMM (epilogue fusion)"
+    ),
     _kernel("matmul", "cpu", "cpu", "cpu", "onnxruntime openvino torch xpuruntime", "CPU GEMM"),
     _kernel("matmul", "torch", "torch", "cpu cuda", "torch", "PyTorch's own aten::matmul"),
     _kernel("attention", "flash_v2", "cuda", "cuda", "onnxruntime torch", "FlashAttention-2"),
@@ -102,11 +121,13 @@ BUILTIN_KERNELS: tuple[KernelSpec, ...] = (
         "xpuruntime's FlashAttention kernels (Triton; forward and backward, GQA, varlen)",
     ),
     _kernel("layernorm", "xrt", "xpuruntime", "cpu cuda", "torch xpuruntime", "xpuruntime kernel"),
-    _kernel("layernorm", "apex", "cuda", "cuda", "torch", "NVIDIA Apex fused layer norm"),
+    _kernel("layernorm", "apex", "cuda", "cuda", "", "NVIDIA Apex fused layer norm"),
     _kernel("layernorm", "torch", "torch", "cpu cuda", "torch", "PyTorch's own layer_norm"),
-    _kernel("layernorm", "cpu", "cpu", "cpu", "onnxruntime openvino xpuruntime", "CPU layer norm"),
-    _kernel("conv", "cudnn", "cuda", "cuda", "onnxruntime tensorrt torch", "cuDNN convolution"),
-    _kernel("conv", "onednn", "cpu", "cpu", "onnxruntime openvino torch", "oneDNN convolution"),
+    _kernel(
+        "layernorm", "cpu", "cpu", "cpu", "onnxruntime openvino torch xpuruntime", "CPU layer norm"
+    ),
+    _kernel("conv", "cudnn", "cuda", "cuda", "onnxruntime torch", "cuDNN convolution"),
+    _kernel("conv", "onednn", "cpu", "cpu", "openvino torch", "oneDNN convolution"),
     _kernel("conv", "torch", "torch", "cpu cuda", "torch", "PyTorch's own convolution"),
 )
 
@@ -174,6 +195,7 @@ def refresh() -> None:
     """Forget what was read from entry points (call after installing a plugin at run time)."""
     _plugins.cache_clear()
     _plugin_engine_names.cache_clear()
+    _tables.cache_clear()
 
 
 def plugin_problems() -> tuple[PluginProblem, ...]:
@@ -256,3 +278,166 @@ def engine_spec(name: str) -> EngineSpec:
 def canonical_engine(name: str) -> str:
     """The engine name for ``name`` or one of its aliases; UnknownEngineError otherwise."""
     return engine_spec(name).name
+
+
+# -- what each engine honours -----------------------------------------------------------
+
+
+class SupportedKernel(msgspec.Struct, frozen=True):
+    """One row of an engine's kernel table: the engine can act on a policy naming ``kernel``
+    for ``op`` on ``devices``.
+
+    ``enforced`` rows are honoured: pinning the kernel there runs it. Rows with
+    ``enforced=False`` only steer (the engine may use the kernel but cannot be made to), so a
+    pin of that kernel follows the fallback mode; ``note`` says how the engine acts on it.
+    """
+
+    op: str
+    kernel: str
+    devices: frozenset[str]
+    enforced: bool = True
+    note: str = ""
+
+
+class EngineKernels(msgspec.Struct, frozen=True):
+    """The kernel table of one engine or runtime, and where it came from.
+
+    ``published`` is True when the engine's package supplied it (its own mapping); False when
+    it is the built-in declaration, used because no installed package publishes one
+    (``source`` says why).
+    """
+
+    engine: str
+    kernels: tuple[SupportedKernel, ...]
+    source: str
+    published: bool
+
+    def honours(self, op: str, kernel: str, device: str) -> bool:
+        """Whether a pin of ``kernel`` for ``op`` runs on device kind ``device``."""
+        return any(
+            row.enforced and row.op == op and row.kernel == kernel and device in row.devices
+            for row in self.kernels
+        )
+
+
+#: The distribution that publishes each built-in engine's (or runtime's) kernel table.
+TABLE_PUBLISHERS = {
+    "onnxruntime": "xpuruntime-inference",
+    "tensorrt": "xpuruntime-inference",
+    "openvino": "xpuruntime-npu",
+    "qnn": "xpuruntime-npu",
+    "torch": "xpuruntime-torch",
+    "xpuruntime": "xpuruntime-core",
+}
+
+_RUNTIME_DEVICES = frozenset({"cpu", "cuda"})
+
+
+def declared_kernels(engine: str) -> tuple[SupportedKernel, ...]:
+    """The built-in declaration of what ``engine`` honours (from KernelSpec.engines)."""
+    spec = engines().get(engine)
+    reach = spec.devices if spec is not None else _RUNTIME_DEVICES
+    rows = []
+    for kernel in all_kernels():
+        devices = kernel.devices & reach
+        if engine in kernel.engines and devices:
+            rows.append(SupportedKernel(kernel.op, kernel.name, devices))
+    return tuple(rows)
+
+
+class _Tables(msgspec.Struct, frozen=True):
+    tables: dict[str, EngineKernels]
+    problems: tuple[PluginProblem, ...]
+
+
+def _checked_rows(
+    provided: object, label: str, problems: list[PluginProblem]
+) -> tuple[SupportedKernel, ...]:
+    rows = []
+    for row in provided:  # type: ignore[attr-defined]  # iterability checked by the caller
+        if not isinstance(row, SupportedKernel):
+            problems.append(PluginProblem(label, f"provided {shown(row)}, not a SupportedKernel"))
+            continue
+        unknown_devices = row.devices - set(DEVICE_KINDS)
+        try:
+            spec = find_kernel(row.op, row.kernel)
+        except PolicyValidationError as exc:
+            problems.append(PluginProblem(label, str(exc)))
+            continue
+        if unknown_devices:
+            problems.append(
+                PluginProblem(
+                    label, f"{row.op}/{row.kernel}: unknown devices {sorted(unknown_devices)}"
+                )
+            )
+            continue
+        rows.append(
+            row if spec.name == row.kernel else msgspec.structs.replace(row, kernel=spec.name)
+        )
+    return tuple(rows)
+
+
+def _unpublished_source(engine: str) -> str:
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    publisher = TABLE_PUBLISHERS.get(engine)
+    if publisher is None:
+        return "built-in list: no installed package publishes this engine's table"
+    try:
+        distribution(publisher)
+    except PackageNotFoundError:
+        return f"built-in list: {publisher} is not installed"
+    return f"built-in list: {publisher} publishes no table for it"
+
+
+@functools.lru_cache(maxsize=1)
+def _tables() -> _Tables:
+    from importlib.metadata import entry_points
+
+    problems: list[PluginProblem] = []
+    published: dict[str, EngineKernels] = {}
+    for entry_point in entry_points(group=KERNEL_SUPPORT_ENTRY_POINT_GROUP):
+        label = f"{entry_point.name} = {entry_point.value}"
+        try:
+            loaded = entry_point.load()
+            provided = loaded() if callable(loaded) else loaded
+            iter(provided)
+        except Exception as exc:  # a broken engine package must not break the listing
+            problems.append(PluginProblem(label, f"{type(exc).__name__}: {exc}"))
+            continue
+        dist = entry_point.dist
+        origin = f"{dist.name} {dist.version}" if dist is not None else "an unnamed distribution"
+        published[entry_point.name] = EngineKernels(
+            engine=entry_point.name,
+            kernels=_checked_rows(provided, label, problems),
+            source=f"{origin} ({entry_point.value})",
+            published=True,
+        )
+    names = [*engines(), *sorted(TRAINING_RUNTIMES), *published]
+    tables = {
+        name: published.get(name)
+        or EngineKernels(name, declared_kernels(name), _unpublished_source(name), False)
+        for name in dict.fromkeys(names)
+    }
+    return _Tables(tables, tuple(problems))
+
+
+def engine_tables() -> dict[str, EngineKernels]:
+    """Every known engine's and runtime's kernel table: published where installed, else the
+    built-in declaration (imports the engines' packages; for listings, not for validation)."""
+    return dict(_tables().tables)
+
+
+def table_problems() -> tuple[PluginProblem, ...]:
+    """Published kernel tables that failed to load or hold unusable rows."""
+    return _tables().problems
+
+
+def kernel_support(op: str, kernel: str) -> dict[str, tuple[SupportedKernel, EngineKernels]]:
+    """Engine -> (its row for ``op``/``kernel``, its table), for the engines with such a row."""
+    found = {}
+    for name, table in _tables().tables.items():
+        for row in table.kernels:
+            if row.op == op and row.kernel == kernel:
+                found[name] = (row, table)
+    return found

@@ -37,17 +37,17 @@ PROFILER_OPTIONS: dict[str, Any] = (
 )
 
 
-def restrict_sdpa(backend: SDPBackend) -> AbstractContextManager[object]:
-    """Allow only ``backend`` for scaled_dot_product_attention inside the block."""
+def restrict_sdpa(*backends: SDPBackend) -> AbstractContextManager[object]:
+    """Allow only ``backends`` for scaled_dot_product_attention inside the block."""
     try:
         from torch.nn.attention import sdpa_kernel  # 2.3+
     except ImportError:
         return torch.backends.cuda.sdp_kernel(
-            enable_flash=backend == SDPBackend.FLASH_ATTENTION,
-            enable_math=backend == SDPBackend.MATH,
-            enable_mem_efficient=backend == SDPBackend.EFFICIENT_ATTENTION,
+            enable_flash=SDPBackend.FLASH_ATTENTION in backends,
+            enable_math=SDPBackend.MATH in backends,
+            enable_mem_efficient=SDPBackend.EFFICIENT_ATTENTION in backends,
         )
-    return sdpa_kernel([backend])
+    return sdpa_kernel(list(backends))
 
 
 _AUTOGRAD_KEYS = (

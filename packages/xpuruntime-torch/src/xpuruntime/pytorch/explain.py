@@ -4,8 +4,12 @@ Runs the step under ``torch.profiler`` and reads the device kernels PyTorch attr
 each innermost operator (correlation ids), then writes them into the same
 :class:`~xpuruntime.runtime.record.ExecutionRecord` schema the inference package uses
 (``kind="training"``): ``kernels`` (name, op, library, count, total time) and ``nodes``
-(operator -> kernel). Kernels of an op the policy pinned are checked against it: a kernel of
-another library goes through the policy's fallback mode (``"error"`` raises).
+(operator -> kernel). Each op the policy names a kernel for is checked against where and how
+it ran: an op that ran on a device its kernel does not run on (``aten::mm`` on the CPU while
+``matmul`` is pinned to ``cublasLt``), or a kernel of another library, goes through the
+kernel fallback rule, as in inference (a pin under ``fallback="error"`` raises
+:class:`~xpuruntime.runtime.errors.UnsupportedOperationError`). An op launching no device
+kernel ran on the CPU.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from torch.autograd.profiler_util import FunctionEvent
 from xpuruntime.pytorch import policy
 from xpuruntime.pytorch._compat import PROFILER_OPTIONS
 from xpuruntime.pytorch.kernels import LIBRARY_KERNEL, kernel_library, policy_op
+from xpuruntime.pytorch.mapping import kernel_devices
 from xpuruntime.runtime.record import ExecutionRecord, KernelRecord, NodeRecord, RunRecord
 
 __all__ = ["explain", "record_from_events"]
@@ -66,20 +71,55 @@ def _requested(op: str) -> str | None:
     return kernel_policy.get(op) if kernel_policy is not None else None
 
 
-def _check_pins(seen: dict[str, _Seen]) -> None:
-    kernel_policy = policy.get_kernel_policy()
-    if kernel_policy is None:
+def _checked_request(op: str) -> tuple[str, str] | None:
+    """(kernel, mode) to check ``op``'s runs against; None when there is nothing to check
+    (no kernel named, or an entry already through the fallback rule when it was set)."""
+    kernel, mode = policy.requested_kernel(op)
+    return None if mode == "auto" else (kernel, mode)
+
+
+def _in_custom_op(event: FunctionEvent) -> bool:
+    """Inside one of xpuruntime's custom ops, which check their kernel themselves."""
+    current: FunctionEvent | None = event
+    while current is not None:
+        if current.name.startswith("xpuruntime::"):
+            return True
+        current = current.cpu_parent
+    return False
+
+
+def _check_device(node: NodeRecord, event: FunctionEvent, device: str) -> None:
+    """An op that ran on a device its requested kernel does not run on is a fallback."""
+    request = _checked_request(node.op_type)
+    if request is None or _in_custom_op(event):
         return
+    kernel, mode = request
+    devices = kernel_devices(node.op_type, kernel)
+    if devices is None or device in devices:
+        return
+    reason = f"{node.name} ran on {device}; {kernel!r} runs on {'/'.join(sorted(devices))}"
+    node.placement, node.reason = "fallback", reason
+    policy.note_kernel_fallback(
+        op=node.op_type,
+        kernel=kernel,
+        entry_mode=mode,
+        chosen=f"{node.name} on {device}",
+        reason=reason,
+    )
+
+
+def _check_libraries(seen: dict[str, _Seen]) -> None:
     for name, entry in seen.items():
-        requested = kernel_policy.get(entry.op)
+        request = _checked_request(entry.op)
         chosen = LIBRARY_KERNEL.get(entry.library or "")
-        if requested is None or chosen is None or chosen == requested:
+        if request is None or chosen is None or chosen == request[0]:
             continue
-        if requested not in LIBRARY_KERNEL.values():
+        if request[0] not in LIBRARY_KERNEL.values():
             continue  # the policy names a kernel the profiler cannot tell apart
-        policy.note_fallback(
-            what=f"{entry.op} kernel",
-            requested=requested,
+        policy.note_kernel_fallback(
+            op=entry.op,
+            kernel=request[0],
+            entry_mode=request[1],
             chosen=chosen,
             reason=f"the profiler saw {name!r} ({entry.library}) run for {entry.aten}",
         )
@@ -143,46 +183,63 @@ def _kernel_instances(events: list[FunctionEvent]) -> list[tuple[str, float, Fun
     ]
 
 
+def _launchers_and_callers(
+    instances: list[tuple[str, float, FunctionEvent]],
+) -> set[int]:
+    """ids of the operators that launched a device kernel, and of every operator around them."""
+    found: set[int] = set()
+    for _, _, launcher in instances:
+        current: FunctionEvent | None = launcher
+        while current is not None and id(current) not in found:
+            found.add(id(current))
+            current = current.cpu_parent
+    return found
+
+
 def record_from_events(
     events: list[FunctionEvent], latency_ms: float | None = None
 ) -> ExecutionRecord:
     """Build a training record from profiler events (``prof.events()``)."""
     seen: dict[str, _Seen] = {}
-    for name, duration_us, launcher in _kernel_instances(events):
+    launchers: dict[str, FunctionEvent] = {}
+    instances = _kernel_instances(events)
+    for name, duration_us, launcher in instances:
         op, aten = _family(launcher)
         if launcher.name in _CUPTI_BOOKKEEPING:  # no operator around it to attribute to
             aten = "(unattributed)"
         entry = seen.setdefault(name, _Seen(op=op or aten, aten=aten, library=None))
+        launchers.setdefault(name, launcher)
         entry.library = kernel_library(name, op)
         entry.count += 1
         entry.total_us += duration_us
-    _check_pins(seen)
+    _check_libraries(seen)
     nodes: dict[tuple[str, str | None], NodeRecord] = {}
     for name, entry in seen.items():
-        nodes.setdefault(
-            (entry.aten, name),
-            NodeRecord(
-                name=entry.aten,
-                op_type=entry.op,
-                requested=_requested(entry.op),
-                chosen=entry.library,
-                kernel=name,
-            ),
+        if (entry.aten, name) in nodes:
+            continue
+        node = NodeRecord(
+            name=entry.aten,
+            op_type=entry.op,
+            requested=_requested(entry.op),
+            chosen=entry.library,
+            kernel=name,
         )
-    if not seen:  # CPU-only step: the innermost operator names the kernel that ran
-        for event in _innermost_cpu_ops(events):
-            op = policy_op(event.name)
-            assert op is not None
-            nodes.setdefault(
-                (event.name, None),
-                NodeRecord(
-                    name=event.name,
-                    op_type=op,
-                    requested=_requested(op),
-                    chosen="cpu",
-                    kernel=event.name,
-                ),
-            )
+        nodes[(entry.aten, name)] = node
+        if policy_op(entry.aten) is not None:
+            _check_device(node, launchers[name], "cuda")
+    # Operators of a policy op that launched no device kernel ran on the CPU: the innermost
+    # one names the kernel that ran.
+    launching = _launchers_and_callers(instances)
+    for event in _innermost_cpu_ops(events):
+        if id(event) in launching or (event.name, None) in nodes:
+            continue
+        op = policy_op(event.name)
+        assert op is not None
+        node = NodeRecord(
+            name=event.name, op_type=op, requested=_requested(op), chosen="cpu", kernel=event.name
+        )
+        nodes[(event.name, None)] = node
+        _check_device(node, event, "cpu")
     base = policy.current_record()
     record = msgspec.structs.replace(
         base,

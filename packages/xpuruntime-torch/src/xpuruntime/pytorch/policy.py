@@ -7,16 +7,26 @@ leaving a scope restores the state from before it, and a scope left out of order
 overlapping) hands its saved state to the scope entered after it, so once every scope has
 closed the process is back where it started.
 
+The policy comes in layers, as everywhere in xpuruntime: defaults < the policy objects
+passed (or ``$XPURUNTIME_POLICY_FILE``) < ``XPURUNTIME_POLICY_*`` variables < ``op=kernel``
+keyword arguments (:func:`xpuruntime.policies.layered_policy`); the record's
+``policy_sources`` says which layer set each setting.
+
 Each application is verified: every switch is read back after writing, and the
 :class:`~xpuruntime.runtime.record.ExecutionRecord` (``kind="training"``) says what was
-requested, what PyTorch reports, and whether it was honoured. A pinned kernel that cannot be
-honoured raises :class:`~xpuruntime.runtime.errors.UnsupportedOperationError` and leaves the
-previous state in place; anything else not honoured goes through ``record.fallback``.
+requested, what PyTorch reports, and whether it was honoured. A kernel PyTorch cannot honour
+on the devices the training runs on goes through
+:meth:`~xpuruntime.runtime.record.ExecutionRecord.kernel_fallback`, the rule inference
+engines follow too: pinned under ``fallback="error"`` it raises
+:class:`~xpuruntime.runtime.errors.UnsupportedOperationError` and leaves the previous state in
+place; otherwise it is a recorded fallback. Anything else not honoured goes through
+``record.fallback``.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,10 +35,17 @@ from typing import Any
 
 import torch
 
-from xpuruntime.policies import ExecutionPolicy, KernelPolicy, PolicyError
+from xpuruntime.policies import (
+    ExecutionPolicy,
+    KernelPolicy,
+    LayeredPolicy,
+    PolicyDocument,
+    PolicyError,
+    layered_policy,
+)
+from xpuruntime.policies.conflicts import device_kind
 from xpuruntime.pytorch.mapping import Plan, PlannedSetting, plan
 from xpuruntime.pytorch.switches import SWITCHES, read_all, torch_version, write_changed
-from xpuruntime.runtime.errors import UnsupportedOperationError
 from xpuruntime.runtime.fingerprint import environment_fingerprint, fingerprint_hash
 from xpuruntime.runtime.record import (
     Choice,
@@ -47,6 +64,9 @@ __all__ = [
     "kernel_policy",
     "note_decision",
     "note_fallback",
+    "note_kernel_fallback",
+    "record_unapplicable",
+    "requested_kernel",
     "set_kernel_policy",
 ]
 
@@ -65,6 +85,9 @@ class _State:
     # Switch values from before any policy was applied; every application starts from them
     # so a new policy replaces the previous one instead of stacking on it.
     baseline: dict[str, Any] | None
+    # Ops whose kernel entry PyTorch could not honour when the policy was set: already
+    # through the fallback rule, PyTorch's default runs them.
+    unapplied: frozenset[str] = frozenset()
     decided: set[tuple[str, ...]] = field(default_factory=set)
 
 
@@ -88,9 +111,21 @@ _state = _State(kernel_policy=None, execution=None, record=_empty_record(), base
 _scopes: list[_Scope] = []
 
 
-def _resolve(
-    policy: KernelPolicy | None, execution: ExecutionPolicy | None, ops: dict[str, Any]
-) -> KernelPolicy | None:
+@dataclass(frozen=True)
+class _Request:
+    """What a set_kernel_policy() / kernel_policy() call asks for, after layering."""
+
+    kernel: KernelPolicy | None
+    execution: ExecutionPolicy | None
+    # ExecutionPolicy fields to apply (None: all, as an ExecutionPolicy object asks).
+    execution_settings: frozenset[str] | None
+    layered: LayeredPolicy
+
+
+_EXECUTION_PREFIX = "execution."
+
+
+def _check_arguments(policy: object, execution: object, ops: dict[str, Any]) -> None:
     if policy is not None and not isinstance(policy, KernelPolicy):
         raise PolicyError(
             f"set_kernel_policy() takes a KernelPolicy (or op=kernel keywords), got "
@@ -103,22 +138,55 @@ def _resolve(
             f"pass either a KernelPolicy or op=kernel keywords, not both (got a policy and "
             f"{sorted(ops)})"
         )
-    if ops:
-        return KernelPolicy(**ops)
-    if policy is None and execution is not None:
-        return execution.kernel_policy
-    return policy
+
+
+def _request(
+    policy: KernelPolicy | None, execution: ExecutionPolicy | None, ops: dict[str, Any]
+) -> _Request:
+    """The policy to apply: defaults < objects (or $XPURUNTIME_POLICY_FILE) < environment <
+    keyword arguments."""
+    _check_arguments(policy, execution, ops)
+    base: PolicyDocument | None = None
+    if policy is not None or execution is not None:
+        kernel = policy if policy is not None else execution.kernel_policy if execution else None
+        base = PolicyDocument(
+            kernel=kernel,
+            execution=execution.replace(kernel_policy=None) if execution is not None else None,
+        )
+    arguments = {"kernel": {"ops": KernelPolicy(**ops).to_section()["ops"]}} if ops else None
+    layered = layered_policy(base, arguments=arguments, environ=os.environ)
+    named = {
+        path.removeprefix(_EXECUTION_PREFIX).split(".", 1)[0]
+        for path in layered.sources
+        if path.startswith(_EXECUTION_PREFIX)
+    }
+    effective = layered.policy
+    if execution is None and not named:
+        return _Request(effective.kernel_policy, None, frozenset(), layered)
+    return _Request(
+        effective.kernel_policy,
+        effective,
+        None if execution is not None else frozenset(named),
+        layered,
+    )
 
 
 def _policy_fields(
     kernel: KernelPolicy | None, execution: ExecutionPolicy | None
 ) -> tuple[dict[str, Any], str | None]:
     if execution is not None:
-        combined = execution.replace(kernel_policy=kernel) if kernel is not None else execution
-        return combined.to_dict(), combined.content_hash()
+        return execution.to_dict(), execution.content_hash()
     if kernel is not None:
         return {"kernel_policy": kernel.to_dict()}, kernel.content_hash()
     return {}, None
+
+
+def _decided_devices(execution: ExecutionPolicy | None) -> frozenset[str]:
+    """Device kinds training may run on: the policy's device, else what this machine has."""
+    kind = device_kind(execution.device) if execution is not None else None
+    if kind is not None:
+        return frozenset({kind})
+    return frozenset({"cpu", "cuda"}) if torch.cuda.is_available() else frozenset({"cpu"})
 
 
 def _describe_missing(names: list[str]) -> str:
@@ -166,51 +234,39 @@ def _training_device() -> str:
     return "cuda"
 
 
-def _apply(
-    kernel: KernelPolicy | None, execution: ExecutionPolicy | None, baseline: dict[str, Any]
-) -> ExecutionRecord:
-    """Write ``baseline`` + the plan, verify, and build the record; raises before recording."""
-    planned: Plan = plan(kernel, execution)
-    mode: FallbackMode = (execution or ExecutionPolicy()).fallback
-    pinned_unapplicable = [entry for entry in planned.unapplicable if entry.pinned]
-    if pinned_unapplicable:
-        raise UnsupportedOperationError(
-            "pinned kernel cannot run under PyTorch: "
-            + "; ".join(f"{e.name}={e.requested!r}: {e.reason}" for e in pinned_unapplicable)
-            + ". Pin a kernel from the list, or use OpPolicy(mode='prefer') / 'auto'."
-        )
-    target = dict(baseline)
-    for name, value in planned.writes().items():
-        if SWITCHES[name].available():
-            target[name] = value
-    refused = write_changed(target)
+_DEFAULT_CHOICE = "PyTorch's default kernel"
 
-    settings = [_verify(setting, refused) for setting in planned.settings]
-    for setting, result in zip(planned.settings, settings, strict=True):
-        if setting.pinned and not result.honoured:
-            raise UnsupportedOperationError(
-                f"pinned {setting.name}={setting.requested!r} was not honoured by PyTorch: "
-                f"{result.note}. Upgrade PyTorch, or use mode='prefer' to accept and record it."
+
+def record_unapplicable(planned: Plan, record: ExecutionRecord, mode: FallbackMode) -> None:
+    """Put the plan's entries PyTorch cannot honour through the fallback rules (kernel
+    entries through ``record.kernel_fallback``, settings through ``record.fallback``)."""
+    for entry in planned.unapplicable:
+        if entry.mode is None:
+            record.fallback(
+                what=entry.name,
+                requested=entry.requested,
+                chosen="pytorch default",
+                reason=entry.reason,
+                mode=mode,
             )
-    fields, policy_hash = _policy_fields(kernel, execution)
-    environment, environment_hash = _environment()
-    record = ExecutionRecord(
-        kind="training",
-        policy=fields,
-        policy_hash=policy_hash,
-        environment=environment,
-        environment_hash=environment_hash,
-        engine=Choice(requested="pytorch", chosen=f"pytorch {torch_version()}"),
-        device=Choice(
-            requested=execution.device if execution is not None else None,
-            chosen=_training_device(),
-        ),
-        precision=_precision_choice(execution, settings),
-        settings=settings,
-        notes=[PROCESS_GLOBAL_NOTE],
-    )
-    for result in settings:
-        if not result.honoured:
+        else:
+            record.kernel_fallback(
+                op=entry.name,
+                kernel=entry.requested,
+                entry_mode=entry.mode,
+                chosen=_DEFAULT_CHOICE,
+                reason=f"PyTorch cannot honour it: {entry.reason}",
+                mode=mode,
+            )
+
+
+def _record_not_honoured(
+    planned: Plan, settings: list[SettingRecord], record: ExecutionRecord, mode: FallbackMode
+) -> None:
+    for setting, result in zip(planned.settings, settings, strict=True):
+        if result.honoured:
+            continue
+        if setting.mode is None:
             record.fallback(
                 what=f"setting {result.name}",
                 requested=str(result.requested),
@@ -218,28 +274,71 @@ def _apply(
                 reason=result.note,
                 mode=mode,
             )
-    for entry in planned.unapplicable:
-        record.fallback(
-            what=entry.name,
-            requested=entry.requested,
-            chosen="pytorch default",
-            reason=entry.reason,
-            mode=mode,
-        )
-    return record
+        else:
+            record.kernel_fallback(
+                op=setting.name,
+                kernel=str(setting.requested),
+                entry_mode=setting.mode,
+                chosen=f"PyTorch with {result.applied}",
+                reason=f"PyTorch did not honour it: {result.note}",
+                mode=mode,
+            )
 
 
-def _activate(kernel: KernelPolicy | None, execution: ExecutionPolicy | None) -> ExecutionRecord:
+def _apply(request: _Request, baseline: dict[str, Any]) -> tuple[ExecutionRecord, frozenset[str]]:
+    """Write ``baseline`` + the plan, verify, and build the record; raises before recording."""
+    kernel, execution = request.kernel, request.execution
+    devices = _decided_devices(execution)
+    planned: Plan = plan(kernel, execution, devices, request.execution_settings)
+    mode: FallbackMode = (execution or ExecutionPolicy()).fallback
+    fields, policy_hash = _policy_fields(kernel, execution)
+    environment, environment_hash = _environment()
+    record = ExecutionRecord(
+        kind="training",
+        policy=fields,
+        policy_hash=policy_hash,
+        policy_sources=dict(request.layered.sources),
+        environment=environment,
+        environment_hash=environment_hash,
+        engine=Choice(requested="pytorch", chosen=f"pytorch {torch_version()}"),
+        device=Choice(
+            requested=execution.device if execution is not None else None,
+            chosen=_training_device(),
+            reason=f"kernel policy decided for {'/'.join(sorted(devices))}",
+        ),
+        notes=[PROCESS_GLOBAL_NOTE],
+    )
+    # Pins PyTorch cannot honour under fallback='error' raise here, before any switch moves.
+    record_unapplicable(planned, record, mode)
+    target = dict(baseline)
+    for name, value in planned.writes().items():
+        if SWITCHES[name].available():
+            target[name] = value
+    refused = write_changed(target)
+    settings = [_verify(setting, refused) for setting in planned.settings]
+    record.settings = settings
+    record.precision = _precision_choice(execution, settings)
+    _record_not_honoured(planned, settings, record, mode)
+    return record, frozenset(e.name for e in planned.unapplicable if e.mode is not None)
+
+
+def _activate(request: _Request) -> ExecutionRecord:
     """Apply under the lock; on any error the switches are put back as they were."""
     global _state
     before = read_all()
     baseline = _state.baseline if _state.baseline is not None else before
     try:
-        record = _apply(kernel, execution, baseline)
+        record, unapplied = _apply(request, baseline)
     except BaseException:
         write_changed(before)
         raise
-    _state = _State(kernel_policy=kernel, execution=execution, record=record, baseline=baseline)
+    _state = _State(
+        kernel_policy=request.kernel,
+        execution=request.execution,
+        record=record,
+        baseline=baseline,
+        unapplied=unapplied,
+    )
     return record
 
 
@@ -254,15 +353,18 @@ def set_kernel_policy(
 
     ``set_kernel_policy(KernelPolicy(matmul="cublasLt"))`` or
     ``set_kernel_policy(matmul="cublasLt", attention="flash_v2")``. ``exec_policy`` adds
-    precision (TF32), determinism, cuDNN benchmark and the fallback mode. With no arguments
-    the policy is cleared. Returns the verified record of what PyTorch now runs with.
+    precision (TF32), determinism, cuDNN benchmark, the device the kernels are decided for
+    and the fallback mode. ``XPURUNTIME_POLICY_*`` variables override the objects and
+    keywords override them (``record.policy_sources`` says which set what). With no
+    arguments the policy is cleared. Returns the verified record of what PyTorch now runs
+    with.
     """
-    kernel = _resolve(policy, exec_policy, ops)
-    if kernel is None and exec_policy is None:
+    if policy is None and exec_policy is None and not ops:
         clear_kernel_policy()
         return current_record()
+    request = _request(policy, exec_policy, ops)
     with _LOCK:
-        return _activate(kernel, exec_policy)
+        return _activate(request)
 
 
 def clear_kernel_policy() -> None:
@@ -287,6 +389,18 @@ def get_execution_policy() -> ExecutionPolicy | None:
 def current_record() -> ExecutionRecord:
     """The record of the policy in effect; ops add their decisions and fallbacks to it."""
     return _state.record
+
+
+def requested_kernel(op: str) -> tuple[str, str]:
+    """(kernel, mode) the policy in effect asks of ``op`` where it runs; ("auto", "auto")
+    when it names none, or when the entry could not be honoured at all when it was set."""
+    kernel_policy = _state.kernel_policy
+    if kernel_policy is None or op in _state.unapplied:
+        return "auto", "auto"
+    kernel = kernel_policy.get(op)
+    if kernel is None or kernel == "auto":
+        return "auto", "auto"
+    return kernel, kernel_policy.mode(op) or "pin"
 
 
 def fallback_mode() -> FallbackMode:
@@ -317,6 +431,23 @@ def note_decision(
         )
 
 
+def note_kernel_fallback(
+    *, op: str, kernel: str, entry_mode: str, chosen: str, reason: str
+) -> None:
+    """A kernel the policy names cannot run where an op runs: the kernel fallback rule
+    (raise for a pin under fallback='error', else warn/record once per kind)."""
+    mode = fallback_mode()
+    key = ("kernel", op, kernel, chosen, reason)
+    state = _state
+    if key in state.decided:
+        return  # the first occurrence raised, or was recorded
+    with _LOCK:
+        state.record.kernel_fallback(
+            op=op, kernel=kernel, entry_mode=entry_mode, chosen=chosen, reason=reason, mode=mode
+        )
+        state.decided.add(key)
+
+
 def note_fallback(*, what: str, requested: str, chosen: str, reason: str) -> None:
     """Apply the fallback mode to an op's fallback: raise, or warn/record once per kind."""
     mode = fallback_mode()
@@ -345,16 +476,17 @@ def kernel_policy(
     are process-global, so the block's policy is visible to other threads while it runs.
     """
     global _state
-    kernel = _resolve(policy, exec_policy, ops)
+    empty = policy is None and exec_policy is None and not ops
+    request = None if empty else _request(policy, exec_policy, ops)
     with _LOCK:
         scope = _Scope(saved_state=_state, saved_switches=read_all())
-        if kernel is None and exec_policy is None:
+        if request is None:
             if _state.baseline is not None:
                 write_changed(_state.baseline)
             _state = _State(None, None, _empty_record(), baseline=None)
             record = _state.record
         else:
-            record = _activate(kernel, exec_policy)
+            record = _activate(request)
         _scopes.append(scope)
     try:
         yield record

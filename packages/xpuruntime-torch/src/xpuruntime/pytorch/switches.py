@@ -195,6 +195,13 @@ SWITCHES: dict[str, Switch] = {
             since="1.0",
         ),
         Switch(
+            name="mkldnn.enabled",
+            available=torch.backends.mkldnn.is_available,
+            read=lambda: bool(torch.backends.mkldnn.enabled),
+            write=lambda value: setattr(torch.backends.mkldnn, "enabled", bool(value)),
+            since="a build with oneDNN",
+        ),
+        Switch(
             name="cudnn.benchmark",
             available=lambda: True,
             read=lambda: bool(torch.backends.cudnn.benchmark),

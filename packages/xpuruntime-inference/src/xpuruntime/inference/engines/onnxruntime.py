@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from xpuruntime.inference.device import cuda_device_count, parse_device
+from xpuruntime.inference.engines.ort_kernels import kernel_support
 from xpuruntime.inference.engines.ort_options import (
     CPU_EP,
     CUDA_EP,
@@ -22,7 +23,7 @@ from xpuruntime.inference.engines.ort_placement import (
 )
 from xpuruntime.inference.engines.ort_session import OnnxRuntimeSession
 from xpuruntime.inference.errors import InvalidModelError
-from xpuruntime.inference.kernel_mapping import KernelSupport, apply_kernel_policy
+from xpuruntime.inference.kernel_mapping import apply_kernel_policy
 from xpuruntime.inference.model_info import ModelInfo, read_model_info
 from xpuruntime.inference.precision import apply_precision
 from xpuruntime.inference.settings import add_setting
@@ -32,41 +33,6 @@ from xpuruntime.runtime.record import Choice, ExecutionRecord
 
 if TYPE_CHECKING:
     from xpuruntime.policies import ExecutionPolicy, KernelPolicy
-
-# Bits of the CUDA EP's ``sdpa_kernel`` option (contrib attention ops' backend mask).
-_SDPA_KERNELS = {"flash_v2": 1, "efficient": 2, "cudnn": 8, "math": 16}
-
-
-def kernel_support(provider: str) -> Any:
-    """What ONNX Runtime can do with a KernelPolicy entry on ``provider``."""
-
-    def support(op: str, kernel: str) -> KernelSupport | None:
-        if provider == CPU_EP:
-            if kernel == "cpu":
-                return KernelSupport(True, note="the CPU execution provider runs its own kernels")
-            if op == "attention" and kernel == "math":
-                return KernelSupport(True, note="the CPU execution provider's attention is unfused")
-            return None
-        if op == "matmul" and kernel == "cublas":
-            return KernelSupport(True, note="the CUDA EP runs MatMul/Gemm through cuBLAS")
-        if op == "matmul" and kernel == "cublasLt":
-            return KernelSupport(
-                False,
-                note="the CUDA EP calls cuBLAS; cuBLASLt only for some "
-                "fp8/int8 contrib ops, with no option to require it",
-            )
-        if op == "conv" and kernel == "cudnn":
-            return KernelSupport(True, note="the CUDA EP runs Conv through cuDNN")
-        if op == "attention" and kernel in _SDPA_KERNELS:
-            return KernelSupport(
-                True,
-                "sdpa_kernel",
-                _SDPA_KERNELS[kernel],
-                "the CUDA EP's attention ops use only this backend",
-            )
-        return None
-
-    return support
 
 
 class OnnxRuntimeEngine(Engine):

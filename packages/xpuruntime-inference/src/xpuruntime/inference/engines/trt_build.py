@@ -19,6 +19,7 @@ from xpuruntime.inference.errors import InvalidModelError
 from xpuruntime.inference.kernel_mapping import KernelSupport
 from xpuruntime.inference.settings import add_setting
 from xpuruntime.policies.errors import PolicyError
+from xpuruntime.policies.vocabulary import SupportedKernel
 from xpuruntime.runtime.errors import UnsupportedOperationError
 from xpuruntime.runtime.record import ExecutionRecord
 
@@ -64,6 +65,21 @@ def kernel_support(trt: Any) -> Any:
         )
 
     return support
+
+
+def supported_kernels() -> list[SupportedKernel]:
+    """The kernels :func:`kernel_support` steers towards, published (entry-point group
+    ``xpuruntime.kernel_support``): never enforced, so a pin of one follows the fallback mode."""
+    return [
+        SupportedKernel(
+            op,
+            kernel,
+            frozenset({"cuda"}),
+            enforced=False,
+            note=f"tactic source {source}, where the installed TensorRT still has it",
+        )
+        for (op, kernel), source in _TACTIC_SOURCES.items()
+    ]
 
 
 @dataclass

@@ -404,7 +404,14 @@ class OpenVINOEngine(Engine):
         record: ExecutionRecord,
     ) -> EngineSession:
         job = _Compilation(exec_policy, record)
-        claim_session(self.name, "OpenVINO", kernel_policy, record)
+        claim_session(
+            self.name,
+            kernel_policy,
+            record,
+            model=Path(model),
+            device=device,
+            fallback=exec_policy.fallback,
+        )
         target = resolve_target(
             device, job.core.available_devices, record=record, fallback=exec_policy.fallback
         )

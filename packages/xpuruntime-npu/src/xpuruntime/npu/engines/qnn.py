@@ -484,7 +484,14 @@ class QNNEngine(Engine):
         record: ExecutionRecord,
     ) -> EngineSession:
         build = _QnnBuild(exec_policy, record)
-        claim_session(self.name, "QNN", kernel_policy, record)
+        claim_session(
+            self.name,
+            kernel_policy,
+            record,
+            model=Path(model),
+            device=device,
+            fallback=exec_policy.fallback,
+        )
         target = _select_device(
             device, qnn_backend.devices(), record=record, fallback=exec_policy.fallback
         )

@@ -1,23 +1,30 @@
-"""Shared helpers of the custom ops: which kernel the policy asks for, and recording it."""
+"""Shared helpers of the custom ops: which kernel the policy asks for, whether it can run on
+the call's device, and recording what happened."""
 
 from __future__ import annotations
 
 import torch
 
 from xpuruntime.pytorch import policy
+from xpuruntime.pytorch.mapping import kernel_devices
+from xpuruntime.pytorch.policy import requested_kernel
 
-__all__ = ["describe", "requested_kernel"]
+__all__ = ["describe", "fall_back", "off_device_reason", "requested_kernel"]
 
 
-def requested_kernel(op: str) -> tuple[str, str]:
-    """(kernel, mode) the policy in effect asks for ``op``; ("auto", "auto") when none."""
-    kernel_policy = policy.get_kernel_policy()
-    if kernel_policy is None:
-        return "auto", "auto"
-    kernel = kernel_policy.get(op)
-    if kernel is None or kernel in ("auto", "aten"):
-        return "auto", "auto"
-    return kernel, kernel_policy.mode(op) or "pin"
+def off_device_reason(op: str, kernel: str, tensor: torch.Tensor) -> str | None:
+    """Why ``kernel`` cannot serve ``op`` on ``tensor``'s device (PyTorch's mapping says
+    where each kernel runs); None when it can run there."""
+    devices = kernel_devices(op, kernel)
+    if devices is None or tensor.device.type in devices:
+        return None
+    return f"{kernel!r} runs on {'/'.join(sorted(devices))} but this call's tensors are on {tensor.device}"
+
+
+def fall_back(op: str, kernel: str, mode: str, chosen: str, reason: str) -> None:
+    """``kernel`` cannot serve this call: the kernel fallback rule (a pin under
+    fallback='error' raises UnsupportedOperationError; otherwise warned/recorded)."""
+    policy.note_kernel_fallback(op=op, kernel=kernel, entry_mode=mode, chosen=chosen, reason=reason)
 
 
 def describe(tensor: torch.Tensor) -> dict[str, str]:

@@ -2,10 +2,11 @@
 
 ``xrt_flash`` runs xpuruntime's own Triton kernels (:mod:`.xrt_attention`). The other
 kernels are PyTorch's own (FlashAttention-2, memory-efficient, cuDNN, math); the policy
-decides which one may run. A pinned backend that cannot serve a call raises
-:class:`~xpuruntime.runtime.errors.UnsupportedOperationError` carrying PyTorch's reasons
-(PyTorch reports them as warnings before its "No available kernel" error); a preferred one
-falls back through the policy's fallback mode.
+decides which one may run. A kernel that cannot serve a call (not on this device, or PyTorch
+refuses the inputs, with its reasons: PyTorch reports them as warnings before its "No
+available kernel" error) follows the kernel fallback rule: pinned under ``fallback="error"``
+it raises :class:`~xpuruntime.runtime.errors.UnsupportedOperationError`, otherwise the
+fallback to PyTorch's own choice is warned or recorded.
 
 Backward recomputes the attention on the same backend (as activation checkpointing does)
 inside a second custom op, so both directions stay opaque, compile-friendly ops.
@@ -26,8 +27,12 @@ from xpuruntime.pytorch import policy
 from xpuruntime.pytorch._compat import HAS_CUSTOM_OP, autograd_inside_kernel, restrict_sdpa
 from xpuruntime.pytorch.mapping import ATTENTION_BACKENDS
 from xpuruntime.pytorch.ops import xrt_attention
-from xpuruntime.pytorch.ops._policy import describe, requested_kernel
-from xpuruntime.runtime.errors import UnsupportedOperationError
+from xpuruntime.pytorch.ops._policy import (
+    describe,
+    fall_back,
+    off_device_reason,
+    requested_kernel,
+)
 
 __all__ = ["fused_attention"]
 
@@ -47,40 +52,41 @@ def _reemit(caught: list[warnings.WarningMessage]) -> None:
 
 
 def _on_backend(kernel: str, mode: str, run: Callable[[], Any], example: Tensor) -> Any:
-    """Run ``run`` with SDPA restricted to ``kernel``, applying pin/prefer on failure."""
+    """Run ``run`` with SDPA restricted to ``kernel``; if it cannot serve the call, apply the
+    kernel fallback rule and run on any backend."""
     if kernel == "auto":
         policy.note_decision(
             "attention", "auto", "auto", "PyTorch's SDPA selection", **describe(example)
         )
         return run()
     backend, _ = ATTENTION_BACKENDS[kernel]
-    reason = ""
-    with _captured_warnings() as caught:
-        try:
-            with restrict_sdpa(backend):
-                result = run()
-        except RuntimeError as error:
-            reasons = [str(w.message) for w in caught] + [str(error)]
-            result = None
-            reason = " | ".join(reasons)
-    if result is not None:
-        _reemit(caught)
-        policy.note_decision(
-            "attention", kernel, mode, f"SDPA restricted to {backend.name}", **describe(example)
-        )
-        return result
-    if mode == "pin":
-        raise UnsupportedOperationError(
-            f"attention pinned to {kernel!r} ({backend.name}) cannot serve this call "
-            f"(query {tuple(example.shape)} {example.dtype} on {example.device}). PyTorch says: "
-            f"{reason}. Change the inputs (dtype, head size, mask) to what the backend "
-            f"supports, or use OpPolicy(kernel={kernel!r}, mode='prefer') to allow a fallback."
-        )
-    policy.note_fallback(what="attention", requested=kernel, chosen="auto", reason=reason)
+    reason = off_device_reason("attention", kernel, example)
+    if reason is None:
+        with _captured_warnings() as caught:
+            try:
+                with restrict_sdpa(backend):
+                    result = run()
+            except RuntimeError as error:
+                result = None
+                said = " | ".join([str(w.message) for w in caught] + [str(error)])
+                reason = (
+                    f"{backend.name} cannot serve this call (query {tuple(example.shape)} "
+                    f"{example.dtype} on {example.device}); PyTorch says: {said}"
+                )
+        if result is not None:
+            _reemit(caught)
+            policy.note_decision(
+                "attention", kernel, mode, f"SDPA restricted to {backend.name}", **describe(example)
+            )
+            return result
+    assert reason is not None
+    fall_back("attention", kernel, mode, "auto", reason)  # raises for a pin under 'error'
     policy.note_decision(
         "attention", "auto", mode, f"fallback from {kernel}: {reason}", **describe(example)
     )
-    return run()
+    # A pinned policy left only its backend enabled process-wide: let SDPA choose again.
+    with restrict_sdpa(*(b for b, _ in ATTENTION_BACKENDS.values())):
+        return run()
 
 
 def _sdpa(

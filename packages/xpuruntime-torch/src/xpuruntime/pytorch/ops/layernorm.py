@@ -24,8 +24,12 @@ from torch import Tensor
 from xpuruntime.pytorch import policy
 from xpuruntime.pytorch._compat import HAS_CUSTOM_OP
 from xpuruntime.pytorch.ops import _core_kernels
-from xpuruntime.pytorch.ops._policy import describe, requested_kernel
-from xpuruntime.runtime.errors import UnsupportedOperationError
+from xpuruntime.pytorch.ops._policy import (
+    describe,
+    fall_back,
+    off_device_reason,
+    requested_kernel,
+)
 
 __all__ = ["fused_layernorm"]
 
@@ -34,18 +38,15 @@ def _choose(kernel: str, mode: str, x: Tensor) -> tuple[str, str]:
     """(kernel that runs, reason) applying pin / prefer / auto to the core's answer."""
     if kernel == "torch":
         return "torch", "policy names PyTorch's kernel"
-    core_kernel, reason = _core_kernels.layernorm_kernel(x, "" if kernel == "auto" else kernel)
-    if core_kernel is not None:
-        return core_kernel, f"core dispatcher: {reason}"
-    if kernel == "auto":
-        return "torch", f"the core cannot serve it: {reason}"
-    if mode == "pin":
-        raise UnsupportedOperationError(
-            f"layernorm pinned to {kernel!r} cannot run on {x.dtype} {tuple(x.shape)} on "
-            f"{x.device}: {reason}. Use layernorm='torch', or OpPolicy(kernel={kernel!r}, "
-            f"mode='prefer') to allow PyTorch's kernel as fallback."
-        )
-    policy.note_fallback(what="layernorm", requested=kernel, chosen="torch", reason=reason)
+    reason = None if kernel == "auto" else off_device_reason("layernorm", kernel, x)
+    if reason is None:
+        core_kernel, said = _core_kernels.layernorm_kernel(x, "" if kernel == "auto" else kernel)
+        if core_kernel is not None:
+            return core_kernel, f"core dispatcher: {said}"
+        if kernel == "auto":
+            return "torch", f"the core cannot serve it: {said}"
+        reason = f"the core cannot run it on {x.dtype} {tuple(x.shape)} on {x.device}: {said}"
+    fall_back("layernorm", kernel, mode, "torch", reason)  # raises for a pin under 'error'
     return "torch", f"fallback from {kernel}: {reason}"
 
 

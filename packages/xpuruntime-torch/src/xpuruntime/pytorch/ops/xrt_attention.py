@@ -8,9 +8,9 @@ the forward). Whether the kernel can serve a call is decided inside the ops, at 
 give the output shapes. Launches allocate through PyTorch's caching allocator on the current
 stream, so the ops can be captured in CUDA graphs (after a first, compiling call).
 
-A pinned ``xrt_flash`` that cannot serve a call raises
-:class:`~xpuruntime.runtime.errors.UnsupportedOperationError` with the reason; a preferred one
-falls back to PyTorch's own SDPA through the policy's fallback mode (and the record says so).
+An ``xrt_flash`` that cannot serve a call follows the kernel fallback rule: pinned under
+``fallback="error"`` it raises :class:`~xpuruntime.runtime.errors.UnsupportedOperationError`
+with the reason; otherwise it falls back to PyTorch's own SDPA, warned or recorded.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from xpuruntime.kernels.attention import KERNEL
 from xpuruntime.pytorch import policy
 from xpuruntime.pytorch._compat import HAS_CUSTOM_OP, autograd_inside_kernel
 from xpuruntime.pytorch.ops import _core_kernels
-from xpuruntime.pytorch.ops._policy import describe
-from xpuruntime.runtime.errors import UnsupportedOperationError
+from xpuruntime.pytorch.ops._policy import describe, fall_back
 
 __all__ = ["KERNEL", "call_unsupported", "refuse", "xrt_flash_attention"]
 
@@ -43,15 +42,16 @@ def call_unsupported(attn_mask: Tensor | None, dropout_p: float, needs_grad: boo
 
 
 def refuse(reason: str, mode: str, example: Tensor) -> None:
-    """Raise for a pinned ``xrt_flash`` that cannot serve; record the fallback otherwise."""
-    if mode == "pin":
-        raise UnsupportedOperationError(
-            f"attention pinned to {KERNEL!r} cannot serve this call (query "
-            f"{tuple(example.shape)} {example.dtype} on {example.device}): {reason}. Change "
-            f"the inputs, or use OpPolicy(kernel={KERNEL!r}, mode='prefer') to allow PyTorch's "
-            "SDPA as fallback."
-        )
-    policy.note_fallback(what="attention", requested=KERNEL, chosen="torch", reason=reason)
+    """``xrt_flash`` cannot serve this call: the kernel fallback rule (a pin under
+    fallback='error' raises UnsupportedOperationError; otherwise the fallback to PyTorch's
+    SDPA is warned or recorded)."""
+    fall_back(
+        "attention",
+        KERNEL,
+        mode,
+        "torch",
+        f"{reason} (query {tuple(example.shape)} {example.dtype} on {example.device})",
+    )
     policy.note_decision(
         "attention", "torch", mode, f"fallback from {KERNEL}: {reason}", **describe(example)
     )

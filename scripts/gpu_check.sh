@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (the device tool, repository root): install what is missing,
+# build the CUDA core, then run the phases named on the command line (default: all), each
+# with its own log. Logs and JSON results go to $OUT/logs and are packed into
+# $OUT/gpu-logs.tar.gz (the device tool returns at most 8 files); a summary prints last.
+#
+#   bash scripts/gpu_check.sh                 # every phase
+#   bash scripts/gpu_check.sh tests bench     # some phases
+#
+# Carried inputs (all optional, git-ignored): .device/wheels/*.whl (cp312 wheels of small
+# packages the machine lacks and the pure-Python members built here), .device/models/
+# (public ONNX models from scripts/fetch_public_models.py), /tmp/parts/onnxruntime_gpu.*
+# (onnxruntime-gpu sent in parts by earlier calls, see ../shared/tools/wheel-parts).
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-out}
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
+export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
+# NVLink multicast stays off on these machines, for us and for every child process.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+SITE=/tmp/site
+export PYTHONPATH=$SITE
+SUMMARY=$LOGS/summary.txt
+: >"$SUMMARY"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+phase() {  # phase NAME TIMEOUT_S COMMAND...: run with a time limit, log, note the outcome
+  local name=$1 limit=$2; shift 2
+  local start=$(date +%s)
+  timeout "$limit" "$@" >"$LOGS/$name.log" 2>&1
+  local rc=$?
+  note "$(printf '%-28s rc=%-3s %4ss  %s' "$name" "$rc" "$(( $(date +%s) - start ))" "$(tail -1 "$LOGS/$name.log" | cut -c1-120)")"
+  return $rc
+}
+
+setup() {
+  mkdir -p "$SITE"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$SUMMARY"
+  local ort
+  ort=$(ls /tmp/parts/onnxruntime_gpu.* 2>/dev/null | head -1)
+  if [ -n "$ort" ]; then
+    local wheel=/tmp/onnxruntime_gpu-1.31.1-cp312-cp312-manylinux_2_28_x86_64.whl
+    cat /tmp/parts/onnxruntime_gpu.* >"$wheel" &&
+      python3 -m pip uninstall -q -y onnxruntime >/dev/null 2>&1
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$wheel" &&
+      note "onnxruntime-gpu installed from parts"
+  fi
+  if ls .device/wheels/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" \
+      .device/wheels/*.whl && note "carried wheels: $(ls .device/wheels | wc -l)"
+  fi
+}
+
+build_core() {
+  local inc
+  inc=$(python3 - <<'PY'
+import glob, site
+hits = [p for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/*/include/cublasLt.h")]
+hits += glob.glob("/usr/local/cuda/include/cublasLt.h")
+print(hits[0].rsplit("/", 1)[0] if hits else "")
+PY
+)
+  SKBUILD_CMAKE_DEFINE="XPURUNTIME_CUDA=ON;XPURUNTIME_CUBLAS_INCLUDE_DIR=$inc;XPURUNTIME_CHECK_CUBLAS_API=ON" \
+    CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install -v --no-build-isolation --no-deps \
+    --target "$SITE" --upgrade ./packages/xpuruntime-core
+}
+
+pytest_gpu() {  # the members' suites, GPU tests included
+  python3 -m pytest -p no:cacheprovider -q -rs -x --timeout 300 "$@"
+}
+
+pack() {
+  tar -C "$OUT" -czf "$OUT/gpu-logs.tar.gz" logs
+  echo "== summary"; cat "$SUMMARY"
+}
+trap pack EXIT
+
+PHASES=${*:-setup build}
+for p in $PHASES; do
+  case $p in
+    setup) setup ;;
+    build) phase build-core 400 build_core || exit 1 ;;
+    *) [ -f "scripts/gpu_phases/$p.sh" ] && phase "$p" 600 bash "scripts/gpu_phases/$p.sh" "$LOGS" ||
+         note "$p: no such phase" ;;
+  esac
+done
