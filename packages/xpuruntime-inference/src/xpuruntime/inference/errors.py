@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from xpuruntime.policies.errors import XpuRuntimeError
 
 __all__ = [
+    "CacheError",
     "DeviceNotFoundError",
     "EngineRunError",
     "InputDtypeError",
@@ -62,3 +63,7 @@ class DeviceNotFoundError(XpuRuntimeError, RuntimeError):
 
 class EngineRunError(XpuRuntimeError, RuntimeError):
     """The engine failed while running the model; the message carries the engine's reason."""
+
+
+class CacheError(XpuRuntimeError, OSError):
+    """A cache folder cannot be used (read-only, not a folder, unwritable) or configured."""

@@ -149,7 +149,9 @@ class OnnxRuntimeEngine(Engine):
         load_path = cached.entry / "model.onnx" if cached is not None and cached.hit else model
         session = _create(ort, load_path, config, provider)
         if cached is not None and not cached.hit:
-            cached.commit()  # ONNX Runtime wrote the optimized model while creating the session
+            cached.commit(
+                record
+            )  # ONNX Runtime wrote the optimized model while creating the session
         if provider == CUDA_EP and CUDA_EP not in session.get_providers():
             record.fallback(
                 what="execution provider",
@@ -281,7 +283,7 @@ def _optimized_model_cache(
         return None
     import onnxruntime as ort
 
-    from xpuruntime.inference.cache import CacheKey, ContentCache, file_digest, stable_digest
+    from xpuruntime.inference.cache import CacheKey, file_digest, open_entry, stable_digest
     from xpuruntime.runtime.fingerprint import fingerprint_hash
 
     key = CacheKey(
@@ -294,13 +296,13 @@ def _optimized_model_cache(
             "engine": f"onnxruntime {ort.__version__} {provider}",
         },
     )
-    lookup = ContentCache(Path(policy.cache_dir), key.kind).lookup(key)
-    record.cache[key.kind] = lookup.as_record()
+    lookup = open_entry(policy.cache_dir, key, record, policy.fallback)
+    if lookup is None:  # an unusable cache folder, recorded as a fallback
+        return None
     if lookup.hit:
         # The cached graph is already optimized for this key; optimizing again only costs time.
         config.options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     else:
-        lookup.entry.mkdir(parents=True, exist_ok=True)
         config.options.optimized_model_filepath = str(lookup.entry / "model.onnx")
     return lookup
 
