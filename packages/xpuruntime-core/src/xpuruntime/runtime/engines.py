@@ -90,6 +90,12 @@ class EngineSession(abc.ABC):
         """
         return []
 
+    def close(self) -> None:
+        """Release the engine's resources and temporary files (the session is unusable after).
+
+        Engines that hold such resources override this; it must be safe to call twice.
+        """
+
     @property
     @abc.abstractmethod
     def inputs(self) -> Sequence[TensorInfo]:

@@ -23,6 +23,8 @@ __all__ = [
     "InputShapeError",
     "InvalidModelError",
     "ModelNotFoundError",
+    "ModelTypeError",
+    "SessionClosedError",
     "did_you_mean",
 ]
 
@@ -67,3 +69,11 @@ class EngineRunError(XpuRuntimeError, RuntimeError):
 
 class CacheError(XpuRuntimeError, OSError):
     """A cache folder cannot be used (read-only, not a folder, unwritable) or configured."""
+
+
+class ModelTypeError(XpuRuntimeError, TypeError):
+    """The model is neither a path, nor the model's bytes, nor an ``onnx.ModelProto``."""
+
+
+class SessionClosedError(XpuRuntimeError, RuntimeError):
+    """The session was closed (``InferenceSession.close()``) and cannot run any more."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from xpuruntime.inference.device import cuda_device_count, parse_device
+from xpuruntime.inference.engine_logs import native_stderr_to_logging
 from xpuruntime.inference.engines.ort_options import (
     CPU_EP,
     CUDA_EP,
@@ -147,7 +148,8 @@ class OnnxRuntimeEngine(Engine):
         )
         cached = _optimized_model_cache(model, exec_policy, provider, config, record)
         load_path = cached.entry / "model.onnx" if cached is not None and cached.hit else model
-        session = _create(ort, load_path, config, provider)
+        with native_stderr_to_logging("onnxruntime", exec_policy.engine_log_level):
+            session = _create(ort, load_path, config, provider)
         if cached is not None and not cached.hit:
             cached.commit(
                 record

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from xpuruntime.inference.device import cuda_device_count, parse_device
+from xpuruntime.inference.engine_logs import tensorrt_logger
 from xpuruntime.inference.engines.trt_build import (
     BuildPlan,
     build_engine,
@@ -118,7 +119,7 @@ class TensorRTEngine(Engine):
             shape_ranges(exec_policy, info.inputs),
             sorted(set(options.values())),
         )
-        logger = trt.Logger(trt.Logger.WARNING)
+        logger = tensorrt_logger(trt, exec_policy.engine_log_level)
         serialized = _cached_or_built(trt, logger, model, exec_policy, plan, record)
         runtime = trt.Runtime(logger)
         engine = runtime.deserialize_cuda_engine(serialized)
