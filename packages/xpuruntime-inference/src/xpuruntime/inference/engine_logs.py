@@ -104,7 +104,7 @@ def tensorrt_logger(trt: Any, level: str) -> Any:
     }
     threshold = PYTHON_LEVELS[level]
 
-    class _ToLogging(trt.ILogger):  # type: ignore[misc, name-defined]
+    class _ToLogging(trt.ILogger):  # type: ignore[misc]
         def __init__(self) -> None:
             trt.ILogger.__init__(self)
 

@@ -108,9 +108,9 @@ class InferenceSession:
                 )
             engine = backend
         # A LayeredPolicy is final (its layers already applied); its sources go to the record.
-        layered = exec_policy if isinstance(exec_policy, LayeredPolicy) else None
-        if layered is not None:
-            exec_policy = layered.policy
+        sources: dict[str, str] = {}
+        if isinstance(exec_policy, LayeredPolicy):
+            sources, exec_policy = dict(exec_policy.sources), exec_policy.policy
         policy = _merge_policy(exec_policy, device=device, kernel_policy=kernel_policy, fp16=fp16)
         self._model_source = source = open_model(model)
         path = source.path
@@ -139,7 +139,7 @@ class InferenceSession:
         record = ExecutionRecord(
             kind="inference",
             model=source.description,
-            policy_sources=dict(layered.sources) if layered is not None else {},
+            policy_sources=sources,
             policy=policy.to_dict(),
             policy_hash=policy.content_hash(),
             environment=environment,
