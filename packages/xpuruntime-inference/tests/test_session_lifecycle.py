@@ -41,7 +41,7 @@ def test_model_from_memory(mlp: Path, kind: str) -> None:
 
 
 def test_model_of_another_type_is_a_typed_error() -> None:
-    with pytest.raises(ModelTypeError, match="path .*bytes.*onnx.ModelProto; got builtins.list"):
+    with pytest.raises(ModelTypeError, match=r"path .*bytes.*onnx\.ModelProto; got builtins\.list"):
         InferenceSession([1, 2, 3], device="cpu")  # type: ignore[arg-type]
     assert issubclass(ModelTypeError, TypeError)
 
@@ -81,7 +81,8 @@ def test_layered_policy_sources_reach_the_record(mlp: Path) -> None:
         "execution.graph_optimization": ("environment (XPURUNTIME_POLICY_GRAPH_OPTIMIZATION)"),
         "execution.device": "argument",
     }
-    assert record.device is not None and record.device.chosen == "cpu"
+    assert record.device is not None
+    assert record.device.chosen == "cpu"
 
 
 def test_native_stderr_goes_to_logging(caplog: pytest.LogCaptureFixture) -> None:

@@ -90,7 +90,7 @@ class EngineSession(abc.ABC):
         """
         return []
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional: engines holding nothing need no close)
         """Release the engine's resources and temporary files (the session is unusable after).
 
         Engines that hold such resources override this; it must be safe to call twice.
