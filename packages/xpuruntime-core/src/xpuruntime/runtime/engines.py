@@ -122,6 +122,10 @@ class Engine(abc.ABC):
     aliases: ClassVar[tuple[str, ...]] = ()
     #: The command that installs what this engine needs.
     install_hint: ClassVar[str]
+    #: Device kinds the engine is made for ("cpu", "cuda", "npu" ...), present here or not:
+    #: with no engine able to use a requested device, ``engine="auto"`` picks one made for
+    #: it, so that the engine's own fallback says what is missing.
+    device_kinds: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     @abc.abstractmethod

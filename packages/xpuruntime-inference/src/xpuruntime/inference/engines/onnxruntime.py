@@ -75,6 +75,7 @@ class OnnxRuntimeEngine(Engine):
 
     name: ClassVar[str] = "onnxruntime"
     aliases: ClassVar[tuple[str, ...]] = ("onnxrt", "ort")
+    device_kinds: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     install_hint: ClassVar[str] = (
         "pip install 'xpuruntime[cpu]' (or 'xpuruntime[cuda]' for the CUDA execution provider)"
     )

@@ -56,6 +56,7 @@ class TensorRTEngine(Engine):
 
     name: ClassVar[str] = "tensorrt"
     aliases: ClassVar[tuple[str, ...]] = ("trt",)
+    device_kinds: ClassVar[tuple[str, ...]] = ("cuda",)
     install_hint: ClassVar[str] = _INSTALL
 
     @classmethod
