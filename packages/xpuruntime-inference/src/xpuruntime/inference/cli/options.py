@@ -132,7 +132,7 @@ class PolicyFlags:
     def of(cls, options: Mapping[str, Any]) -> PolicyFlags:
         return cls(*(options.get(name) for name in cls.__dataclass_fields__))
 
-    def layered(self, **defaults: str) -> LayeredPolicy:
+    def layered(self, **defaults: Any) -> LayeredPolicy:
         """The session policy; a bad file, variable or value is a usage error (exit 2).
 
         ``defaults`` apply only where no flag, variable or file sets the setting.

@@ -154,8 +154,12 @@ def demo(engine: str, batch: int, json_target: str | None, **options: Any) -> No
     from xpuruntime.inference.report import renderables
 
     out = Output(json_target)
-    sess = open_session(str(DEMO_MODEL), engine, PolicyFlags.of(options).layered(device="cpu"))
     images = demo_images(batch)
+    # The demo's shape is known: NPUs (fixed shapes only) can compile it as it is.
+    layered = PolicyFlags.of(options).layered(
+        device="cpu", input_shapes={"image": list(images.shape)}
+    )
+    sess = open_session(str(DEMO_MODEL), engine, layered)
     probabilities = np.asarray(sess.run({"image": images})["probabilities"])
     labels = ["vertical bar", "horizontal bar", "diagonal", "box"]
     table = out.table("Predictions", "image", "class", "probability", "top-3")
