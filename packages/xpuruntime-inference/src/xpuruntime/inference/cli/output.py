@@ -1,26 +1,24 @@
 """How every command writes: rich tables on a terminal, plain unwrapped text elsewhere, JSON
-where asked (``--json`` or ``--json -`` to stdout, ``--json PATH`` to a file)."""
+where asked (``--json`` or ``--json -`` to stdout, ``--json PATH`` to a file; the option is
+shared with ``xpuruntime-policy``)."""
 
 from __future__ import annotations
 
 import io
 import sys
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import click
-import msgspec
 from rich import box
 from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-F = TypeVar("F", bound=Callable[..., Any])
+from xpuruntime.policies.json_output import STDOUT, json_option, write_json
+
+__all__ = ["Output", "human_bytes", "json_option"]
 
 #: Lines are never wrapped when the output is not a terminal (a pipe, a file, a test).
 _UNWRAPPED = 1 << 20
-STDOUT = "-"
 
 
 def human_bytes(n: int) -> str:
@@ -33,20 +31,6 @@ def human_bytes(n: int) -> str:
         if value < 1024:
             return f"{value:.1f} {unit}"
     return f"{value / 1024:.1f} TiB"
-
-
-def json_option(what: str) -> Callable[[F], F]:
-    """``--json [PATH]``: write ``what`` as JSON to stdout (no PATH, or ``-``) or to PATH."""
-    return click.option(
-        "--json",
-        "json_target",
-        is_flag=False,
-        flag_value=STDOUT,
-        default=None,
-        metavar="[PATH|-]",
-        help=f"Write {what} as JSON: to stdout with no PATH or '-' (then nothing else goes "
-        f"to stdout), else to PATH.",
-    )
 
 
 class _TextTable(Table):
@@ -95,11 +79,4 @@ class Output:
 
     def emit(self, data: Any) -> None:
         """Write ``data`` (msgspec-encodable) as JSON where ``--json`` asked for it."""
-        if self.json_target is None:
-            return
-        text = msgspec.json.format(msgspec.json.encode(data), indent=2).decode() + "\n"
-        if self.json_target == STDOUT:
-            sys.stdout.write(text)
-        else:
-            Path(self.json_target).write_text(text, encoding="utf-8")
-            click.echo(f"JSON written to {self.json_target}", err=True)
+        write_json(data, self.json_target)
