@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import numpy as np
@@ -19,6 +19,9 @@ from xpuruntime.inference.errors import InputError
 from xpuruntime.policies import LayeredPolicy
 from xpuruntime.policies.errors import PolicyError
 from xpuruntime.runtime.engines import TensorInfo
+
+if TYPE_CHECKING:
+    from xpuruntime.inference.session import InferenceSession
 
 F = TypeVar("F", bound=Callable[..., Any])
 #: The layer name of a setting a command chooses when no flag, variable or file does.
@@ -199,7 +202,7 @@ class InputFlags:
             raise click.UsageError(str(exc)) from exc
 
 
-def open_session(model: str, engine: str, layered: LayeredPolicy) -> Any:
+def open_session(model: str, engine: str, layered: LayeredPolicy) -> InferenceSession:
     """An InferenceSession of ``model`` under the layered policy (sources go to the record)."""
     from xpuruntime.inference import InferenceSession
 
