@@ -9,7 +9,9 @@ terminal.
 ONNX Runtime writes its messages from C++ straight to the process's stderr, with no Python
 hook to redirect them. :func:`native_stderr_to_logging` therefore captures file descriptor 2
 while a session is created (where nearly all of them come from) and re-emits every line
-through logging with the severity ONNX Runtime printed.
+through logging with the severity ONNX Runtime printed. What ONNX Runtime's own threads
+print later (its thread pool's verbose lines, at levels "info" and "verbose") is outside
+that window and reaches stderr as ONNX Runtime writes it.
 """
 
 from __future__ import annotations

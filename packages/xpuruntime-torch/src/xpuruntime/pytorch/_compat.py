@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -45,7 +45,10 @@ def private_api(owner: Any, name: str, where: str) -> Any:
 
 
 # The enum torch.nn.attention.SDPBackend (2.3+) re-exports; present since 2.0.
-SDPBackend = private_api(torch._C, "_SDPBackend", "torch._C")
+if TYPE_CHECKING:
+    from torch._C import _SDPBackend as SDPBackend
+else:
+    SDPBackend = private_api(torch._C, "_SDPBackend", "torch._C")
 
 # torch.library.custom_op / register_autograd / register_fake: PyTorch 2.4+.
 HAS_CUSTOM_OP = hasattr(torch.library, "custom_op")

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 import torch
-from torch.autograd import DeviceType
+from torch._C._autograd import DeviceType
 from torch.autograd.profiler_util import FunctionEvent
 
 from xpuruntime.pytorch import policy
