@@ -109,3 +109,19 @@ def cuda_device() -> None:
 def make_mlp() -> object:
     """The MLP builder, for tests that need several variants of the model."""
     return mlp_model
+
+
+@pytest.fixture
+def build_model() -> object:
+    """``build_model(path, nodes, inputs, outputs)``: a checked one-graph model saved at path."""
+
+    def build(
+        path: Path,
+        nodes: list[onnx.NodeProto],
+        inputs: list[onnx.ValueInfoProto],
+        outputs: list[onnx.ValueInfoProto],
+    ) -> Path:
+        graph = helper.make_graph(nodes, path.stem, inputs, outputs)
+        return save(helper.make_model(graph, opset_imports=OPSET), path)
+
+    return build

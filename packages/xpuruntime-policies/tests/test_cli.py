@@ -149,3 +149,33 @@ def test_saved_policies_validate(runner: CliRunner, tmp_path: Path) -> None:
         tmp_path / "exec.toml"
     )
     assert runner.invoke(policy, ["validate", str(path)]).exit_code == 0
+
+
+def test_json_output_of_every_command(runner: CliRunner, good: Path, write: WriteFile) -> None:
+    other = write("other.yaml", GOOD.replace("fp16", "bf16"))
+    digest = load_policy(good).content_hash()
+    validated = runner.invoke(policy, ["validate", str(good), "--json"])
+    assert validated.exit_code == 0
+    assert json.loads(validated.stdout) == {
+        "files": [{"file": str(good), "valid": True, "sha256": digest}]
+    }
+    hashed = runner.invoke(policy, ["hash", str(good), "--json", "-"])
+    assert json.loads(hashed.stdout) == {"file": str(good), "sha256": digest}
+    shown = json.loads(runner.invoke(policy, ["show", str(good), "--json"]).stdout)
+    assert shown["execution"]["precision"] == "fp16"
+    changed = runner.invoke(policy, ["diff", str(good), str(other), "--json"])
+    assert changed.exit_code == 1
+    assert json.loads(changed.stdout)["changes"] == [
+        {"path": "execution.precision", "kind": "changed", "old": "fp16", "new": "bf16"}
+    ]
+    listed = json.loads(runner.invoke(policy, ["kernels", "matmul", "--json"]).stdout)
+    assert "cublasLt" in [k["name"] for k in listed["ops"]["matmul"]]
+    assert "$schema" in json.loads(runner.invoke(policy, ["schema", "--json"]).stdout)
+
+
+def test_json_to_a_file(runner: CliRunner, good: Path, tmp_path: Path) -> None:
+    target = tmp_path / "hash.json"
+    result = runner.invoke(policy, ["hash", str(good), "--json", str(target)])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == load_policy(good).content_hash()
+    assert json.loads(target.read_text())["sha256"] == result.stdout.strip()

@@ -173,3 +173,38 @@ def test_readme_main_command_in_the_editable_workspace(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
     assert "CPUExecutionProvider" in result.stdout
+
+
+def test_core_wheel_is_a_repaired_manylinux_wheel(tmp_path: Path) -> None:
+    # A package index accepts only manylinux wheels: `nox -s build` makes a plain
+    # linux_x86_64 one for the tests; the release job (cibuildwheel + auditwheel) repairs it.
+    import re
+    import shutil
+    import zipfile
+
+    wheel = Path(_wheel("xpuruntime-core"))
+    tags = wheel.stem.split("-")[-1].split(".")
+    if not any(tag.startswith("manylinux") for tag in tags):
+        pytest.skip(f"{wheel.name} is not repaired (auditwheel repair / cibuildwheel makes it)")
+    for tag in tags:  # the release's image makes manylinux_2_28; a local repair may differ
+        assert re.fullmatch(r"manylinux_\d+_\d+_x86_64|manylinux(2014|2010|1)_x86_64", tag), (
+            f"{wheel.name}: platform tag {tag} is not a manylinux tag"
+        )
+    with zipfile.ZipFile(wheel) as zf:
+        wheel_file = next(n for n in zf.namelist() if n.endswith(".dist-info/WHEEL"))
+        declared = {
+            line.split(": ", 1)[1]
+            for line in zf.read(wheel_file).decode().splitlines()
+            if line.startswith("Tag: ")
+        }
+        assert all(t.split("-")[-1] in tags for t in declared), declared
+        (native,) = [n for n in zf.namelist() if re.search(r"runtime/_core\..*so$", n)]
+        zf.extract(native, tmp_path)
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        return
+    needed = subprocess.run(
+        [readelf, "-d", str(tmp_path / native)], capture_output=True, text=True, check=True
+    ).stdout
+    for library in ("libcuda.so", "libcudart.so", "libcublas"):
+        assert library not in needed, f"the core must open {library} at run time, not link it"

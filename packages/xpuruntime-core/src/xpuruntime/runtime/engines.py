@@ -90,6 +90,12 @@ class EngineSession(abc.ABC):
         """
         return []
 
+    def close(self) -> None:  # noqa: B027 (optional: engines holding nothing need no close)
+        """Release the engine's resources and temporary files (the session is unusable after).
+
+        Engines that hold such resources override this; it must be safe to call twice.
+        """
+
     @property
     @abc.abstractmethod
     def inputs(self) -> Sequence[TensorInfo]:
@@ -116,6 +122,10 @@ class Engine(abc.ABC):
     aliases: ClassVar[tuple[str, ...]] = ()
     #: The command that installs what this engine needs.
     install_hint: ClassVar[str]
+    #: Device kinds the engine is made for ("cpu", "cuda", "npu" ...), present here or not:
+    #: with no engine able to use a requested device, ``engine="auto"`` picks one made for
+    #: it, so that the engine's own fallback says what is missing.
+    device_kinds: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     @abc.abstractmethod

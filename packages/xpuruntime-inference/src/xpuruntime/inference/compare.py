@@ -36,11 +36,21 @@ class Target:
 
 
 def parse_targets(text: str) -> list[Target]:
-    """``"onnxruntime:cpu,openvino:cpu"`` -> targets; at least two are needed to compare."""
+    """``"onnxruntime:cpu,openvino:cpu"`` -> targets; at least two different ones are needed.
+
+    The same target twice is refused (it would compare a result with itself); to compare
+    two sessions of one engine (run-to-run determinism), name it once by an alias.
+    """
     targets = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         engine, _, device = part.partition(":")
-        targets.append(Target(engine, device or "cpu"))
+        target = Target(engine.strip(), device.strip() or "cpu")
+        if target in targets:
+            raise PolicyError(
+                f"target {target} is given twice in {text!r}; each engine:device target may "
+                f"appear once (results are compared target by target)"
+            )
+        targets.append(target)
     if len(targets) < 2:
         raise PolicyError(
             f"compare needs at least two engine:device targets separated by commas, got "
@@ -58,6 +68,9 @@ class TensorComparison(msgspec.Struct, frozen=True):
     max_rel: float
     passed: bool
     note: str = ""
+    #: NaN and infinite values in the target's and the reference's tensor.
+    nonfinite: int = 0
+    reference_nonfinite: int = 0
 
 
 class TargetStatus(msgspec.Struct, frozen=True):
@@ -86,6 +99,7 @@ class CompareReport(msgspec.Struct, frozen=True):
     outputs: list[TensorComparison]
     first_divergence: Divergence | None = None
     per_layer: bool = False
+    allow_nonfinite: bool = False
 
     @property
     def passed(self) -> bool:
@@ -93,8 +107,17 @@ class CompareReport(msgspec.Struct, frozen=True):
 
 
 def compare_tensors(
-    name: str, target: str, got: Any, expected: Any, *, atol: float, rtol: float
+    name: str,
+    target: str,
+    got: Any,
+    expected: Any,
+    *,
+    atol: float,
+    rtol: float,
+    allow_nonfinite: bool = False,
 ) -> TensorComparison:
+    """Compare one tensor with the reference's. NaN or Inf on either side fails the
+    comparison unless ``allow_nonfinite`` (then they must sit at the same places)."""
     a = np.asarray(as_host_array(got)[0])
     b = np.asarray(as_host_array(expected)[0])
     if a.shape != b.shape:
@@ -112,15 +135,28 @@ def compare_tensors(
             name, target, 0.0 if equal else float("inf"), 0.0 if equal else float("inf"), equal
         )
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    diff = np.abs(a64 - b64)
-    if diff.size == 0:
+    if a64.size == 0:
         return TensorComparison(name, target, 0.0, 0.0, True)
-    finite = np.isfinite(a64) == np.isfinite(b64)
-    max_abs = float(np.nanmax(np.where(finite, diff, np.inf)))
-    rel = diff / np.maximum(np.abs(b64), np.finfo(np.float64).tiny)
-    max_rel = float(np.nanmax(np.where(finite, rel, np.inf)))
-    passed = bool(np.all(finite) and np.allclose(a64, b64, atol=atol, rtol=rtol, equal_nan=True))
-    return TensorComparison(name, target, max_abs, max_rel, passed)
+    bad_a, bad_b = (
+        int(np.count_nonzero(~np.isfinite(a64))),
+        int(np.count_nonzero(~np.isfinite(b64))),
+    )
+    same_places = bool(np.array_equal(np.isfinite(a64), np.isfinite(b64)))
+    both = np.isfinite(a64) & np.isfinite(b64)
+    diff = np.where(both, np.abs(a64 - b64), 0.0)
+    rel = diff / np.maximum(np.abs(np.where(both, b64, 1.0)), np.finfo(np.float64).tiny)
+    max_abs = float(diff.max()) if same_places else float("inf")
+    max_rel = float(rel.max()) if same_places else float("inf")
+    close = same_places and np.allclose(a64, b64, atol=atol, rtol=rtol, equal_nan=True)
+    passed = bool(close and (allow_nonfinite or not (bad_a or bad_b)))
+    note = ""
+    if bad_a or bad_b:
+        note = f"NaN/Inf: {bad_a} in {target}, {bad_b} in the reference"
+        if not same_places:
+            note += " (at different places)"
+        elif not allow_nonfinite:
+            note += " (--allow-nonfinite accepts them where both sides agree)"
+    return TensorComparison(name, target, max_abs, max_rel, passed, note, bad_a, bad_b)
 
 
 def _open(model: Path, target: Target, policy: ExecutionPolicy) -> InferenceSession | str:
@@ -145,6 +181,7 @@ def compare_models(
     rtol: float = 1e-3,
     per_layer: bool = False,
     policy: ExecutionPolicy | None = None,
+    allow_nonfinite: bool = False,
 ) -> CompareReport:
     """Run ``feeds`` through ``model`` on every target and compare with the first."""
     policy = policy or ExecutionPolicy()
@@ -178,13 +215,27 @@ def compare_models(
                 for tensor in final_outputs:
                     comparisons.append(
                         compare_tensors(
-                            tensor, name, out[tensor], ref_out[tensor], atol=atol, rtol=rtol
+                            tensor,
+                            name,
+                            out[tensor],
+                            ref_out[tensor],
+                            atol=atol,
+                            rtol=rtol,
+                            allow_nonfinite=allow_nonfinite,
                         )
                     )
                 if per_layer and divergence is None:
                     divergence = _first_divergence(layer_order, name, out, ref_out, atol, rtol)
     return CompareReport(
-        str(model), reference, atol, rtol, statuses, comparisons, divergence, per_layer
+        str(model),
+        reference,
+        atol,
+        rtol,
+        statuses,
+        comparisons,
+        divergence,
+        per_layer,
+        allow_nonfinite,
     )
 
 
@@ -199,7 +250,9 @@ def _first_divergence(
     for node, op_type, tensor in layer_order:
         if tensor not in out or tensor not in ref:
             continue
-        c = compare_tensors(tensor, target, out[tensor], ref[tensor], atol=atol, rtol=rtol)
+        c = compare_tensors(
+            tensor, target, out[tensor], ref[tensor], atol=atol, rtol=rtol, allow_nonfinite=True
+        )
         if not c.passed:
             return Divergence(node, op_type, tensor, target, c.max_abs, c.max_rel)
     return None

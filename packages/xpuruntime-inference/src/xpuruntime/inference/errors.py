@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from xpuruntime.policies.errors import XpuRuntimeError
 
 __all__ = [
+    "CacheError",
     "DeviceNotFoundError",
     "EngineRunError",
     "InputDtypeError",
@@ -22,6 +23,8 @@ __all__ = [
     "InputShapeError",
     "InvalidModelError",
     "ModelNotFoundError",
+    "ModelTypeError",
+    "SessionClosedError",
     "did_you_mean",
 ]
 
@@ -62,3 +65,15 @@ class DeviceNotFoundError(XpuRuntimeError, RuntimeError):
 
 class EngineRunError(XpuRuntimeError, RuntimeError):
     """The engine failed while running the model; the message carries the engine's reason."""
+
+
+class CacheError(XpuRuntimeError, OSError):
+    """A cache folder cannot be used (read-only, not a folder, unwritable) or configured."""
+
+
+class ModelTypeError(XpuRuntimeError, TypeError):
+    """The model is neither a path, nor the model's bytes, nor an ``onnx.ModelProto``."""
+
+
+class SessionClosedError(XpuRuntimeError, RuntimeError):
+    """The session was closed (``InferenceSession.close()``) and cannot run any more."""

@@ -55,6 +55,11 @@ _QUANTIZED_OPS = frozenset(
 )
 
 
+def elem_type_name(elem_type: int) -> str:
+    """The numpy-style name of an ``onnx.TensorProto.DataType`` value ("unknown" if none)."""
+    return _ELEM_TYPES.get(elem_type, "unknown")
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     """Facts read from the ONNX graph."""
@@ -98,7 +103,7 @@ def read_model_info(path: Path) -> ModelInfo:
         if vi.name not in initializers
     }
     input_types = {
-        vi.name: _ELEM_TYPES.get(vi.type.tensor_type.elem_type, "unknown")
+        vi.name: elem_type_name(vi.type.tensor_type.elem_type)
         for vi in graph.input
         if vi.name not in initializers
     }

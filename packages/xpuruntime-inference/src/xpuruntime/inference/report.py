@@ -32,6 +32,29 @@ def _choices(record: ExecutionRecord) -> Table:
     return table
 
 
+def _policy_sources(record: ExecutionRecord) -> Table:
+    """Which layer set each setting that is not a default (flag/argument > environment >
+    policy file > default)."""
+    table = Table(
+        title="Policy sources (argument > environment > policy > default)", title_justify="left"
+    )
+    for column in ("setting", "value", "set by"):
+        table.add_column(column, overflow="fold")
+    for path, source in sorted(record.policy_sources.items()):
+        table.add_row(_fmt(path), _fmt(_setting_value(record.policy, path)), _fmt(source))
+    return table
+
+
+def _setting_value(policy: dict[str, Any], path: str) -> Any:
+    """The value at a dotted setting path (``execution.device``) of the record's policy."""
+    node: Any = policy
+    for part in path.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
 def _settings(record: ExecutionRecord) -> Table:
     table = Table(title="Settings (policy -> engine)", title_justify="left")
     for column in ("setting", "requested", "applied", "honoured", "note"):
@@ -105,6 +128,8 @@ def renderables(record: ExecutionRecord) -> list[RenderableType]:
         Text(f"Execution record ({record.kind}) of {record.model}", style="bold"),
         _choices(record),
     ]
+    if record.policy_sources:
+        parts.append(_policy_sources(record))
     if record.settings:
         parts.append(_settings(record))
     if record.decisions:

@@ -16,16 +16,19 @@ from xpuruntime.inference.errors import (
     EngineRunError,
     InputError,
     InputNameError,
-    ModelNotFoundError,
+    SessionClosedError,
     did_you_mean,
 )
+from xpuruntime.inference.model_source import open_model
 from xpuruntime.inference.selection import availability_of, choose_engine, supports
 from xpuruntime.inference.validation import FeedValidator, describe_tensor
-from xpuruntime.policies import ExecutionPolicy
+from xpuruntime.policies import ExecutionPolicy, LayeredPolicy
 from xpuruntime.policies.errors import PolicyError, XpuRuntimeError
 from xpuruntime.runtime.record import Choice, ExecutionRecord, RunRecord
 
 if TYPE_CHECKING:
+    import onnx
+
     from xpuruntime.policies import KernelPolicy
     from xpuruntime.runtime.engines import EngineSession, RunStats, TensorInfo
 
@@ -88,11 +91,11 @@ class InferenceSession:
 
     def __init__(
         self,
-        model: str | os.PathLike[str],
+        model: str | os.PathLike[str] | bytes | onnx.ModelProto,
         device: str = "auto",
         engine: str = "auto",
         kernel_policy: KernelPolicy | None = None,
-        exec_policy: ExecutionPolicy | None = None,
+        exec_policy: ExecutionPolicy | LayeredPolicy | None = None,
         fp16: bool = False,
         backend: str | None = None,
         **engine_options: Any,
@@ -104,13 +107,13 @@ class InferenceSession:
                     f"backend is an alias of engine, pass one"
                 )
             engine = backend
+        # A LayeredPolicy is final (its layers already applied); its sources go to the record.
+        sources: dict[str, str] = {}
+        if isinstance(exec_policy, LayeredPolicy):
+            sources, exec_policy = dict(exec_policy.sources), exec_policy.policy
         policy = _merge_policy(exec_policy, device=device, kernel_policy=kernel_policy, fp16=fp16)
-        path = Path(model).expanduser()
-        if not path.is_file():
-            where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
-            raise ModelNotFoundError(
-                f"model file {str(path)!r} does not exist{where}; pass the path of an .onnx file"
-            )
+        self._model_source = source = open_model(model)
+        path = source.path
         spec, device_reason = resolve_device(policy.device)
         chosen = choose_engine(engine, spec, policy.engines)
         if policy.device == "auto" and spec != CPU:
@@ -135,7 +138,8 @@ class InferenceSession:
         environment = environment_fingerprint()
         record = ExecutionRecord(
             kind="inference",
-            model=str(path),
+            model=source.description,
+            policy_sources=sources,
             policy=policy.to_dict(),
             policy_hash=policy.content_hash(),
             environment=environment,
@@ -163,8 +167,25 @@ class InferenceSession:
         self._runs: deque[tuple[int, float, RunStats]] = deque(maxlen=RUN_HISTORY)
         self._run_count = 0
         self._profiling = policy.profiling
+        self._closed = False
         if policy.profiling:
             profiler.enable()
+
+    def close(self) -> None:
+        """Release the engine session and the session's temporary files (profiles, an
+        in-memory model's copy). Running afterwards raises SessionClosedError; closing twice
+        does nothing. Also what leaving a ``with InferenceSession(...) as sess:`` block does."""
+        if self._closed:
+            return
+        self._closed = True
+        self._engine_session.close()
+        self._model_source.close()
+
+    def __enter__(self) -> InferenceSession:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     # -- metadata -------------------------------------------------------------------------
     @property
@@ -237,6 +258,10 @@ class InferenceSession:
         except XpuRuntimeError:
             raise
         except Exception as exc:
+            if self._closed:
+                raise SessionClosedError(
+                    f"this session of {self._record.model} was closed; create a new one"
+                ) from exc
             if not self._check_feeds:
                 self._validator.check(feeds)  # a bad feed: raise the typed error that says so
             raise EngineRunError(

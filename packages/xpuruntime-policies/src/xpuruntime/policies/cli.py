@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import NoReturn
 
 import click
+import msgspec
 
 from xpuruntime.policies import vocabulary
 from xpuruntime.policies.differences import diff as diff_policies
 from xpuruntime.policies.document import PolicyDocument, load_policy
 from xpuruntime.policies.errors import PolicyError
 from xpuruntime.policies.formats import FORMATS, Format, format_of
+from xpuruntime.policies.json_output import STDOUT, json_option, write_json
 from xpuruntime.policies.layering import resolve_policy
 from xpuruntime.policies.schema import json_schema
 
@@ -53,18 +55,22 @@ def policy() -> None:
 @policy.command()
 @click.argument("files", nargs=-1, required=True, type=_policy_file)
 @_format_option
-def validate(files: tuple[Path, ...], fmt: Format | None) -> None:
+@json_option("each file's result")
+def validate(files: tuple[Path, ...], fmt: Format | None, json_target: str | None) -> None:
     """Check policy FILES; print each one's content hash, or what is wrong with it."""
-    invalid = 0
+    results = []
     for path in files:
         try:
             document = load_policy(path, format=fmt)
         except PolicyError as error:
             click.echo(f"error: {error}", err=True)
-            invalid += 1
+            results.append({"file": str(path), "valid": False, "error": str(error)})
         else:
-            click.echo(f"ok: {path} (sha256 {document.content_hash()})")
-    if invalid:
+            if json_target != STDOUT:
+                click.echo(f"ok: {path} (sha256 {document.content_hash()})")
+            results.append({"file": str(path), "valid": True, "sha256": document.content_hash()})
+    write_json({"files": results}, json_target)
+    if not all(r["valid"] for r in results):
         sys.exit(EXIT_INVALID)
 
 
@@ -84,23 +90,35 @@ def validate(files: tuple[Path, ...], fmt: Format | None) -> None:
     is_flag=True,
     help="Apply XPURUNTIME_POLICY_* environment overrides on top of FILE.",
 )
-def show(file: Path, fmt: Format | None, output_format: Format | None, with_env: bool) -> None:
+@json_option("the normalized document")
+def show(
+    file: Path,
+    fmt: Format | None,
+    output_format: Format | None,
+    with_env: bool,
+    json_target: str | None,
+) -> None:
     """Print FILE normalized: every setting spelled out, ops sorted, defaults filled in."""
     try:
         load = resolve_policy if with_env else load_policy
         document = load(file, format=fmt)
     except PolicyError as error:
         _fail(error)
-    click.echo(document.dumps(output_format or format_of(file, fmt)), nl=False)
+    if json_target != STDOUT:
+        click.echo(document.dumps(output_format or format_of(file, fmt)), nl=False)
+    write_json(document.to_dict(), json_target)
 
 
 @policy.command(name="diff")
 @click.argument("old", type=_policy_file)
 @click.argument("new", type=_policy_file)
-def diff_command(old: Path, new: Path) -> None:
+@json_option("the changes")
+def diff_command(old: Path, new: Path, json_target: str | None) -> None:
     """Print the settings that differ from OLD to NEW; exit 1 when any do."""
     changes = diff_policies(_load(old, None), _load(new, None))
-    click.echo(str(changes))
+    if json_target != STDOUT:
+        click.echo(str(changes))
+    write_json(changes, json_target)
     if changes:
         sys.exit(EXIT_INVALID)
 
@@ -108,17 +126,25 @@ def diff_command(old: Path, new: Path) -> None:
 @policy.command(name="hash")
 @click.argument("file", type=_policy_file)
 @_format_option
-def hash_command(file: Path, fmt: Format | None) -> None:
+@json_option("the hash")
+def hash_command(file: Path, fmt: Format | None, json_target: str | None) -> None:
     """Print FILE's content hash (sha256 of its canonical JSON; same in every format)."""
-    click.echo(_load(file, fmt).content_hash())
+    digest = _load(file, fmt).content_hash()
+    if json_target != STDOUT:
+        click.echo(digest)
+    write_json({"file": str(file), "sha256": digest}, json_target)
 
 
 @policy.command()
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to this file."
 )
-def schema(output: Path | None) -> None:
+@json_option("the schema (the same as -o)")
+def schema(output: Path | None, json_target: str | None) -> None:
     """Print the JSON Schema of policy files (point your editor at it for completion)."""
+    if json_target is not None:
+        write_json(json_schema(), json_target)
+        return
     text = json.dumps(json_schema(), indent=2) + "\n"
     if output is None:
         click.echo(text, nl=False)
@@ -129,34 +155,60 @@ def schema(output: Path | None) -> None:
 
 @policy.command()
 @click.argument("op", required=False)
-def kernels(op: str | None) -> None:
+@json_option("the ops, their kernels and the engines that run each")
+def kernels(op: str | None, json_target: str | None) -> None:
     """List the ops and kernels a policy may name (of OP only, if given), with the engines
     that honour a pin of each kernel and on which devices, as each installed engine's own
     table says (engines marked * are described by the built-in list instead)."""
     unpublished: dict[str, str] = {}
+    listed: dict[str, list[_KernelRow]] = {}
     try:
-        ops = [op] if op else vocabulary.known_ops()
-        for name in ops:
-            click.echo(f"{name}:")
+        for name in [op] if op else vocabulary.known_ops():
+            rows = listed.setdefault(name, [])
             for spec in vocabulary.kernels_for(name):
-                devices = ",".join(sorted(spec.devices))
-                honoured: list[str] = []
-                steered: list[str] = []
-                for engine, (row, table) in vocabulary.kernel_support(name, spec.name).items():
-                    mark = "" if table.published else "*"
+                row = _KernelRow(spec.name, sorted(spec.devices), aliases=list(spec.aliases))
+                for engine, (entry, table) in vocabulary.kernel_support(name, spec.name).items():
                     if not table.published:
                         unpublished[engine] = table.source
-                    entry = f"{engine}{mark}({','.join(sorted(row.devices))})"
-                    (honoured if row.enforced else steered).append(entry)
-                line = f"  {spec.name:<12} devices={devices:<9} engines={','.join(honoured) or '-'}"
-                if steered:
-                    line += f"  prefer-only={','.join(steered)}"
-                if spec.aliases:
-                    line += f"  (also: {', '.join(spec.aliases)})"
-                click.echo(line)
+                    target = row.engines if entry.enforced else row.prefer_only
+                    target[engine] = sorted(entry.devices)
+                rows.append(row)
     except PolicyError as error:
         _fail(error)
-    for engine, source in sorted(unpublished.items()):
-        click.echo(f"* {engine}: {source}")
+    if json_target != STDOUT:
+        for name, rows in listed.items():
+            click.echo(f"{name}:")
+            for row in rows:
+                click.echo(_kernel_line(row, unpublished))
+        for engine, source in sorted(unpublished.items()):
+            click.echo(f"* {engine}: {source}")
+    write_json({"ops": msgspec.to_builtins(listed), "unpublished": unpublished}, json_target)
     for problem in (*vocabulary.plugin_problems(), *vocabulary.table_problems()):
         click.echo(f"warning: kernel plugin {problem.entry_point}: {problem.reason}", err=True)
+
+
+class _KernelRow(msgspec.Struct):
+    """One kernel of the listing: where it runs and which engines honour or steer it."""
+
+    kernel: str
+    devices: list[str]
+    engines: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    prefer_only: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    aliases: list[str] = msgspec.field(default_factory=list)
+
+
+def _kernel_line(row: _KernelRow, unpublished: dict[str, str]) -> str:
+    """``  cublasLt     devices=cuda      engines=onnxruntime(cuda),torch(cuda)``."""
+
+    def engines(table: dict[str, list[str]]) -> str:
+        return ",".join(
+            f"{engine}{'*' if engine in unpublished else ''}({','.join(devices)})"
+            for engine, devices in table.items()
+        )
+
+    line = f"  {row.kernel:<12} devices={','.join(row.devices):<9} engines={engines(row.engines) or '-'}"
+    if row.prefer_only:
+        line += f"  prefer-only={engines(row.prefer_only)}"
+    if row.aliases:
+        line += f"  (also: {', '.join(row.aliases)})"
+    return line

@@ -9,20 +9,46 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+from xpuruntime.pytorch.errors import TorchVersionError
 
 __all__ = [
     "HAS_CUSTOM_OP",
     "PROFILER_OPTIONS",
     "SDPBackend",
     "autograd_inside_kernel",
+    "private_api",
     "restrict_sdpa",
 ]
 
+#: The PyTorch releases this package is tested with (the distribution's bounds).
+TESTED_TORCH = "2.1 to 2.13"
+
+
+def private_api(owner: Any, name: str, where: str) -> Any:
+    """``owner.name``, a private PyTorch API, or TorchVersionError saying it moved.
+
+    Private APIs change between releases without notice; looking them up here turns an
+    obscure AttributeError deep in a call into a message that names the API and the fix.
+    """
+    try:
+        return getattr(owner, name)
+    except AttributeError:
+        raise TorchVersionError(
+            f"xpuruntime.pytorch uses {where}.{name}, a private PyTorch API that torch "
+            f"{torch.__version__} does not have (tested with torch {TESTED_TORCH}): install a "
+            f"tested release (pip install 'torch<2.14') or an xpuruntime that supports this one"
+        ) from None
+
+
 # The enum torch.nn.attention.SDPBackend (2.3+) re-exports; present since 2.0.
-SDPBackend = torch._C._SDPBackend
+if TYPE_CHECKING:
+    from torch._C import _SDPBackend as SDPBackend
+else:
+    SDPBackend = private_api(torch._C, "_SDPBackend", "torch._C")
 
 # torch.library.custom_op / register_autograd / register_fake: PyTorch 2.4+.
 HAS_CUSTOM_OP = hasattr(torch.library, "custom_op")
@@ -64,12 +90,14 @@ def autograd_inside_kernel() -> Iterator[None]:
     forward to differentiate it (attention backward) would record no graph. This lifts the
     thread-local exclusion for the block and puts it back afterwards.
     """
-    previous = [torch._C._dispatch_tls_is_dispatch_key_excluded(key) for key in _AUTOGRAD_KEYS]
+    is_excluded = private_api(torch._C, "_dispatch_tls_is_dispatch_key_excluded", "torch._C")
+    set_excluded = private_api(torch._C, "_dispatch_tls_set_dispatch_key_excluded", "torch._C")
+    previous = [is_excluded(key) for key in _AUTOGRAD_KEYS]
     for key in _AUTOGRAD_KEYS:
-        torch._C._dispatch_tls_set_dispatch_key_excluded(key, False)
+        set_excluded(key, False)
     try:
         with torch.enable_grad():
             yield
     finally:
         for key, excluded in zip(_AUTOGRAD_KEYS, previous, strict=True):
-            torch._C._dispatch_tls_set_dispatch_key_excluded(key, excluded)
+            set_excluded(key, excluded)

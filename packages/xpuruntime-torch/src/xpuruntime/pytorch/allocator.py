@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from xpuruntime.pytorch._compat import private_api
 from xpuruntime.pytorch.errors import AllocatorError
 from xpuruntime.runtime import memory
 
@@ -50,7 +51,7 @@ def set_allocator(enabled: bool = True) -> None:
     if _active:
         return
     _require_uninitialised("set_allocator()")
-    _original = torch.cuda.memory._get_current_allocator()
+    _original = private_api(torch.cuda.memory, "_get_current_allocator", "torch.cuda.memory")()
     pluggable = torch.cuda.memory.CUDAPluggableAllocator(
         memory.pluggable_allocator_path(), *memory.PLUGGABLE_ALLOCATOR_SYMBOLS
     )

@@ -13,3 +13,7 @@ class AllocatorError(XpuRuntimeError, RuntimeError):
 
 class GraphInputError(XpuRuntimeError, ValueError):
     """A graphed step was called with inputs that do not fit its static buffers."""
+
+
+class TorchVersionError(XpuRuntimeError, ImportError):
+    """The installed PyTorch lacks an API xpuruntime.pytorch relies on (it moved or is gone)."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from xpuruntime.inference.device import cuda_device_count, parse_device
+from xpuruntime.inference.engine_logs import native_stderr_to_logging
 from xpuruntime.inference.engines.ort_kernels import kernel_support
 from xpuruntime.inference.engines.ort_options import (
     CPU_EP,
@@ -40,6 +41,7 @@ class OnnxRuntimeEngine(Engine):
 
     name: ClassVar[str] = "onnxruntime"
     aliases: ClassVar[tuple[str, ...]] = ("onnxrt", "ort")
+    device_kinds: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     install_hint: ClassVar[str] = (
         "pip install 'xpuruntime[cpu]' (or 'xpuruntime[cuda]' for the CUDA execution provider)"
     )
@@ -113,9 +115,12 @@ class OnnxRuntimeEngine(Engine):
         )
         cached = _optimized_model_cache(model, exec_policy, provider, config, record)
         load_path = cached.entry / "model.onnx" if cached is not None and cached.hit else model
-        session = _create(ort, load_path, config, provider)
+        with native_stderr_to_logging("onnxruntime", exec_policy.engine_log_level):
+            session = _create(ort, load_path, config, provider)
         if cached is not None and not cached.hit:
-            cached.commit()  # ONNX Runtime wrote the optimized model while creating the session
+            cached.commit(
+                record
+            )  # ONNX Runtime wrote the optimized model while creating the session
         if provider == CUDA_EP and CUDA_EP not in session.get_providers():
             record.fallback(
                 what="execution provider",
@@ -247,7 +252,7 @@ def _optimized_model_cache(
         return None
     import onnxruntime as ort
 
-    from xpuruntime.inference.cache import CacheKey, ContentCache, file_digest, stable_digest
+    from xpuruntime.inference.cache import CacheKey, file_digest, open_entry, stable_digest
     from xpuruntime.runtime.fingerprint import fingerprint_hash
 
     key = CacheKey(
@@ -260,13 +265,13 @@ def _optimized_model_cache(
             "engine": f"onnxruntime {ort.__version__} {provider}",
         },
     )
-    lookup = ContentCache(Path(policy.cache_dir), key.kind).lookup(key)
-    record.cache[key.kind] = lookup.as_record()
+    lookup = open_entry(policy.cache_dir, key, record, policy.fallback)
+    if lookup is None:  # an unusable cache folder, recorded as a fallback
+        return None
     if lookup.hit:
         # The cached graph is already optimized for this key; optimizing again only costs time.
         config.options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     else:
-        lookup.entry.mkdir(parents=True, exist_ok=True)
         config.options.optimized_model_filepath = str(lookup.entry / "model.onnx")
     return lookup
 

@@ -80,6 +80,7 @@ def build_config(
     on_cuda = provider == CUDA_EP
     cuda: dict[str, Any] = {"device_id": device_index} if on_cuda else {}
 
+    apply_log_level(ort, so, policy, record)
     level = _OPT_LEVELS[policy.graph_optimization]
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
     add_setting(record, "graph_optimization", policy.graph_optimization, level, True)
@@ -232,6 +233,28 @@ def build_config(
     if not strict_placement:
         providers.append((CPU_EP, {}))
     return OrtConfig(so, providers, profile_dir)
+
+
+#: ExecutionPolicy.engine_log_level -> ONNX Runtime severity (0 verbose ... 3 error).
+ORT_SEVERITIES = {"verbose": 0, "info": 1, "warning": 2, "error": 3}
+
+
+def apply_log_level(
+    ort: Any, so: ort.SessionOptions, policy: ExecutionPolicy, record: ExecutionRecord
+) -> None:
+    """ONNX Runtime emits messages at or above the policy's level (session and default
+    logger; the default logger is process-wide, so the latest session's level holds)."""
+    severity = ORT_SEVERITIES[policy.engine_log_level]
+    so.log_severity_level = severity
+    ort.set_default_logger_severity(severity)
+    add_setting(
+        record,
+        "engine_log_level",
+        policy.engine_log_level,
+        f"log_severity_level={severity}",
+        True,
+        "messages go to the Python logger xpuruntime.engine.onnxruntime",
+    )
 
 
 def _apply_engine_options(

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
+import logging
+import shutil
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +26,8 @@ from xpuruntime.inference.tensors import (
 from xpuruntime.runtime.engines import NO_TRANSFERS, EngineSession, RunStats, TensorInfo
 from xpuruntime.runtime.record import CopyRecord
 
+_log = logging.getLogger(__name__)
+
 
 def _run_callable(session: Any) -> Any:
     """The run function to call: ONNX Runtime's pybind session under its Python wrapper.
@@ -37,7 +43,21 @@ def _run_callable(session: Any) -> Any:
     """
     native = getattr(session, "_sess", None)
     run = getattr(native, "run", None)
-    return run if callable(run) else session.run
+    if callable(run):
+        return run
+    _log.warning(
+        "onnxruntime %s has no InferenceSession._sess.run (a private API xpuruntime relies on, "
+        "tested up to onnxruntime 1.31): using the public run(), which re-checks inputs on "
+        "every call and may move a failing session to the CPU execution provider",
+        _ort_version(),
+    )
+    return session.run
+
+
+def _ort_version() -> str:
+    import onnxruntime as ort
+
+    return str(ort.__version__)
 
 
 def _tensor_info(arg: Any) -> TensorInfo:
@@ -78,6 +98,13 @@ class OnnxRuntimeSession(EngineSession):
         self._output_names = [o.name for o in self._outputs]
         self._input_count = len(self._inputs)
         self._stats = NO_TRANSFERS
+        # Profiles live in a private temporary folder: removed on close() or garbage collection.
+        self._release = weakref.finalize(self, _end_profiling, session, profile_dir)
+
+    def close(self) -> None:
+        self._release()
+        # The pybind session is released with the last reference; run() fails from now on.
+        self.session = self._run = None
 
     # ONNX Runtime rejects wrong names, element types, ranks and fixed dimensions itself.
     checks_inputs = True
@@ -183,7 +210,7 @@ class OnnxRuntimeSession(EngineSession):
         return ort.OrtValue.from_dlpack(capsule)
 
     def profile_events(self) -> list[dict[str, Any]]:
-        if self._profile_dir is None:
+        if self._profile_dir is None or self.session is None:
             return []
         start_ns = int(self.session.get_profiling_start_time_ns())
         path = self.session.end_profiling()
@@ -193,6 +220,14 @@ class OnnxRuntimeSession(EngineSession):
                 return []
             path = found[-1]
         return read_profile(path, start_ns)
+
+
+def _end_profiling(session: Any, profile_dir: str | None) -> None:
+    if profile_dir is None:
+        return
+    with contextlib.suppress(Exception):  # ended already, or the session is gone
+        session.end_profiling()
+    shutil.rmtree(profile_dir, ignore_errors=True)
 
 
 def read_profile(path: str, start_ns: int) -> list[dict[str, Any]]:

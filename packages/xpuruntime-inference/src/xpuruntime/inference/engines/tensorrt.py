@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from xpuruntime.inference.device import cuda_device_count, parse_device
+from xpuruntime.inference.engine_logs import tensorrt_logger
 from xpuruntime.inference.engines.trt_build import (
     BuildPlan,
     build_engine,
@@ -55,6 +56,7 @@ class TensorRTEngine(Engine):
 
     name: ClassVar[str] = "tensorrt"
     aliases: ClassVar[tuple[str, ...]] = ("trt",)
+    device_kinds: ClassVar[tuple[str, ...]] = ("cuda",)
     install_hint: ClassVar[str] = _INSTALL
 
     @classmethod
@@ -118,7 +120,7 @@ class TensorRTEngine(Engine):
             shape_ranges(exec_policy, info.inputs),
             sorted(set(options.values())),
         )
-        logger = trt.Logger(trt.Logger.WARNING)
+        logger = tensorrt_logger(trt, exec_policy.engine_log_level)
         serialized = _cached_or_built(trt, logger, model, exec_policy, plan, record)
         runtime = trt.Runtime(logger)
         engine = runtime.deserialize_cuda_engine(serialized)
@@ -145,7 +147,13 @@ def _cached_or_built(
             "explanation": "disabled: set ExecutionPolicy(cache_dir=...) to keep engines",
         }
         return build_engine(trt, logger, model, policy, plan, record, None)
-    from xpuruntime.inference.cache import CacheKey, ContentCache, file_digest, stable_digest
+    from xpuruntime.inference.cache import (
+        CacheKey,
+        cache_root,
+        file_digest,
+        open_entry,
+        stable_digest,
+    )
     from xpuruntime.runtime.fingerprint import fingerprint_hash
 
     environment = record.environment_hash or fingerprint_hash()
@@ -159,19 +167,18 @@ def _cached_or_built(
             "engine": f"tensorrt {trt.__version__}",
         },
     )
-    cache = ContentCache(Path(policy.cache_dir), key.kind)
-    lookup = cache.lookup(key)
-    record.cache[key.kind] = lookup.as_record()
+    lookup = open_entry(policy.cache_dir, key, record, policy.fallback)
+    if lookup is None:  # an unusable cache folder, recorded as a fallback
+        return build_engine(trt, logger, model, policy, plan, record, None)
     plan_file = lookup.entry / "engine.plan"
     if lookup.hit:
         return plan_file.read_bytes()
     # Tactic timings depend on the GPU, driver and TensorRT: one timing cache per environment.
     timing_name = f"{environment}-tensorrt-{trt.__version__}.cache"
-    timing = Path(policy.cache_dir).expanduser() / "tensorrt-timing" / timing_name
+    timing = cache_root(policy.cache_dir) / "tensorrt-timing" / timing_name
     serialized = build_engine(trt, logger, model, policy, plan, record, timing)
-    lookup.entry.mkdir(parents=True, exist_ok=True)
     plan_file.write_bytes(serialized)
-    lookup.commit()
+    lookup.commit(record)
     return serialized
 
 

@@ -380,6 +380,7 @@ class OpenVINOEngine(Engine):
 
     name: ClassVar[str] = "openvino"
     aliases: ClassVar[tuple[str, ...]] = ("ov",)
+    device_kinds: ClassVar[tuple[str, ...]] = ("cpu", "gpu", "npu")
     install_hint: ClassVar[str] = openvino_backend.INSTALL_HINT
 
     @classmethod

@@ -458,6 +458,7 @@ class QNNEngine(Engine):
 
     name: ClassVar[str] = "qnn"
     aliases: ClassVar[tuple[str, ...]] = ("qnn-ep",)
+    device_kinds: ClassVar[tuple[str, ...]] = ("npu",)
     install_hint: ClassVar[str] = qnn_backend.INSTALL_HINT
 
     @classmethod

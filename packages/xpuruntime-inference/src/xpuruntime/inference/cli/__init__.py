@@ -1,0 +1,19 @@
+"""``xpuruntime`` command line: devices, engines, run, bench, compare, explain, demo, inspect,
+cache, policy. Each command lives in its own module; importing this package registers them."""
+
+from __future__ import annotations
+
+from xpuruntime.inference.cli import (  # noqa: F401  (registers the commands)
+    benching,
+    caching,
+    comparing,
+    inspecting,
+    inventory,
+    running,
+)
+from xpuruntime.inference.cli.app import main
+from xpuruntime.policies.cli import policy
+
+main.add_command(policy, name="policy")
+
+__all__ = ["main"]

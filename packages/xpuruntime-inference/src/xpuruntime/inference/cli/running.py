@@ -1,0 +1,183 @@
+"""``run``, ``explain`` and ``demo``: open a session, run it, show outputs and the record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from xpuruntime.inference.cli.app import main
+from xpuruntime.inference.cli.options import (
+    InputFlags,
+    PolicyFlags,
+    engine_option,
+    open_session,
+    policy_options,
+    session_options,
+)
+from xpuruntime.inference.cli.output import Output, json_option
+
+MODEL = click.Path(exists=True, dir_okay=False)
+#: Output values shown per tensor; more are elided with "…".
+PREVIEW = 8
+
+
+def preview(array: np.ndarray) -> str:
+    """The first values of ``array`` (flattened), with "…" when there are more."""
+    flat = array.ravel()
+    shown = np.array2string(
+        flat[:PREVIEW], precision=4, separator=", ", threshold=PREVIEW, max_line_width=1 << 20
+    )
+    return shown[:-1] + ", …]" if flat.size > PREVIEW else shown
+
+
+def _outputs(outputs: dict[str, Any]) -> list[dict[str, Any]]:
+    from xpuruntime.inference.tensors import as_host_array
+
+    described = []
+    for name, value in outputs.items():
+        array = as_host_array(value)[0]
+        described.append(
+            {
+                "name": name,
+                "dtype": str(array.dtype),
+                "shape": list(array.shape),
+                "preview": preview(array),
+            }
+        )
+    return described
+
+
+@main.command()
+@click.argument("model", type=MODEL)
+@session_options
+@click.option(
+    "--record",
+    "record_path",
+    type=click.Path(dir_okay=False),
+    help="Write the execution record (JSON) to this file.",
+)
+@click.option(
+    "--save-outputs",
+    type=click.Path(file_okay=False),
+    help="Write each output as NAME.npy into this folder.",
+)
+@json_option("the outputs (names, dtypes, shapes, previews), latency and record")
+def run(
+    model: str,
+    engine: str,
+    record_path: str | None,
+    save_outputs: str | None,
+    json_target: str | None,
+    **options: Any,
+) -> None:
+    """Run MODEL once (random inputs unless --input) and print the outputs."""
+    from xpuruntime.inference.tensors import as_host_array
+
+    out = Output(json_target)
+    sess = open_session(model, engine, PolicyFlags.of(options).layered())
+    outputs = sess.run(InputFlags.of(options).feeds(sess.inputs, sess.policy.input_shapes))
+    record = sess.record()
+    latency = record.runs[-1].latency_ms
+    described = _outputs(outputs)
+    table = out.table("Outputs", "output", "dtype", "shape", "values")
+    for o in described:
+        table.add_row(o["name"], o["dtype"], str(tuple(o["shape"])), o["preview"])
+    out.print(f"{sess.engine} on {sess.device}: {latency:.3f} ms", table)
+    if save_outputs:
+        folder = Path(save_outputs)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, value in outputs.items():
+            np.save(folder / f"{name}.npy", as_host_array(value)[0])
+    if record_path:
+        Path(record_path).write_text(record.to_json())
+        click.echo(f"record written to {record_path}", err=True)
+    out.emit(
+        {
+            "engine": sess.engine,
+            "device": sess.device,
+            "latency_ms": latency,
+            "outputs": described,
+            "record": record,
+        }
+    )
+
+
+@main.command()
+@click.argument("model", type=MODEL)
+@session_options
+@click.option(
+    "--runs",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Runs to make before explaining (0: only open the session).",
+)
+@json_option("the execution record")
+def explain(model: str, engine: str, runs: int, json_target: str | None, **options: Any) -> None:
+    """Open MODEL under the policy, run it, and print the execution record.
+
+    The record says what was asked and what ran: engine, device and precision choices,
+    every policy setting with the layer that set it (flag > XPURUNTIME_POLICY_* >
+    policy file > default) and whether the engine honoured it, node placement, kernel
+    decisions, fallbacks, runs and caches.
+    """
+    from xpuruntime.inference.report import renderables
+
+    out = Output(json_target)
+    sess = open_session(model, engine, PolicyFlags.of(options).layered())
+    if runs:
+        feeds = InputFlags.of(options).feeds(sess.inputs, sess.policy.input_shapes)
+        for _ in range(runs):
+            sess.run(feeds)
+    record = sess.record()
+    out.print(*renderables(record))
+    out.emit(record)
+
+
+@main.command()
+@engine_option
+@policy_options
+@click.option(
+    "--batch",
+    default=4,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Images in the batch.",
+)
+@json_option("the predictions and the execution record")
+def demo(engine: str, batch: int, json_target: str | None, **options: Any) -> None:
+    """Run the packaged demo classifier and show what ran (device: cpu unless set)."""
+    from xpuruntime.inference.demo import DEMO_MODEL, demo_images
+    from xpuruntime.inference.report import renderables
+
+    out = Output(json_target)
+    images = demo_images(batch)
+    # The demo's shape is known: NPUs (fixed shapes only) can compile it as it is.
+    layered = PolicyFlags.of(options).layered(
+        device="cpu", input_shapes={"image": list(images.shape)}
+    )
+    sess = open_session(str(DEMO_MODEL), engine, layered)
+    probabilities = np.asarray(sess.run({"image": images})["probabilities"])
+    labels = ["vertical bar", "horizontal bar", "diagonal", "box"]
+    table = out.table("Predictions", "image", "class", "probability", "top-3")
+    predictions = []
+    for i, p in enumerate(probabilities):
+        top = [int(k) for k in np.argsort(p)[::-1][:3]]
+        predictions.append({"image": i, "pattern": labels[i % 4], "top3": top})
+        table.add_row(
+            f"{i} ({labels[i % 4]})",
+            str(top[0]),
+            f"{p[top[0]]:.4f}",
+            ", ".join(f"{k}:{p[k]:.3f}" for k in top),
+        )
+    record = sess.record()
+    out.print(
+        f"xpuruntime demo: {DEMO_MODEL.name} (conv + MLP classifier, input "
+        f"image{list(images.shape)}) on {sess.engine}:{sess.device}",
+        table,
+        *renderables(record),
+    )
+    out.emit({"predictions": predictions, "record": record})
