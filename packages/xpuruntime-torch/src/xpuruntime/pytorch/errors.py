@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from xpuruntime.policies.errors import XpuRuntimeError
 
-__all__ = ["AllocatorError", "GraphInputError"]
+__all__ = ["AllocatorError", "CollectivePolicyError", "GraphInputError"]
 
 
 class AllocatorError(XpuRuntimeError, RuntimeError):
@@ -13,3 +13,7 @@ class AllocatorError(XpuRuntimeError, RuntimeError):
 
 class GraphInputError(XpuRuntimeError, ValueError):
     """A graphed step was called with inputs that do not fit its static buffers."""
+
+
+class CollectivePolicyError(XpuRuntimeError, RuntimeError):
+    """A collective policy cannot take effect now (NCCL already runs with other settings)."""
