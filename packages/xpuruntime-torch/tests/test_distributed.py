@@ -50,6 +50,8 @@ def clean_process() -> Iterator[None]:
     os.environ.update(environ)
     process_group._applied = None
     process_group._debug_log = None
+    process_group._original = None
+    process_group._nccl_read_once = None
 
 
 def variables(policy: CollectivePolicy, **kwargs: object) -> dict[str, str]:
@@ -298,6 +300,48 @@ def test_apply_writes_the_environment_and_says_what_it_replaced(
     assert "NCCL_BUFFSIZE='1048576' comes from the environment, not from the policy" in record.notes
     assert record.kind == "training"
     assert record.policy["execution"]["collectives"]["max_channels"] == 2
+
+
+def test_a_later_policy_puts_back_what_it_leaves_to_nccl(
+    clean_process: None, tmp_path: Path
+) -> None:
+    os.environ["NCCL_PROTO"] = "LL"
+    xdist.apply_collective_policy(
+        CollectivePolicy(algorithm="tree", protocol="simple"), log_dir=tmp_path
+    )
+    assert (os.environ["NCCL_ALGO"], os.environ["NCCL_PROTO"]) == ("AllReduce:Tree", "Simple")
+    record = xdist.apply_collective_policy(CollectivePolicy(), log_dir=tmp_path)
+    assert "NCCL_ALGO" not in os.environ
+    assert os.environ["NCCL_PROTO"] == "LL"
+    assert "NCCL_PROTO='LL' comes from the environment, not from the policy" in record.notes
+
+
+def test_settings_nccl_reads_once_per_process_cannot_change_after_it_ran(
+    clean_process: None, tmp_path: Path
+) -> None:
+    xdist.apply_collective_policy(CollectivePolicy(max_channels=4), log_dir=tmp_path)
+    nccl_writes(tmp_path, "NCCL_MAX_NCHANNELS set by environment to 4.")  # NCCL has run
+    with pytest.raises(FallbackError, match="NCCL setting NCCL_MAX_NCHANNELS"):
+        xdist.apply_collective_policy(
+            ExecutionPolicy(fallback="error", collectives=CollectivePolicy(max_channels=8)),
+            log_dir=tmp_path,
+        )
+    assert os.environ["NCCL_MAX_NCHANNELS"] == "4"  # refused before anything changed
+    with pytest.warns(FallbackWarning, match="reads this setting once per process"):
+        record = xdist.apply_collective_policy(
+            ExecutionPolicy(
+                fallback="warn", collectives=CollectivePolicy(algorithm="ring", max_channels=8)
+            ),
+            log_dir=tmp_path,
+        )
+    (stale,) = record.fallbacks
+    assert (stale.what, stale.requested, stale.chosen) == (
+        "NCCL setting NCCL_MAX_NCHANNELS",
+        "8",
+        "4",
+    )
+    # The algorithm, read again for each communicator, changes without a fallback.
+    assert os.environ["NCCL_ALGO"] == "Ring"
 
 
 def test_policy_sources_follow_the_layering(clean_process: None, tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ __all__ = [
     "DEBUG_VARIABLES",
     "POLICY_VARIABLES",
     "PROTOCOL_NAMES",
+    "READ_ONCE_VARIABLES",
     "NcclSetting",
     "debug_environment",
     "nccl_settings",
@@ -68,6 +69,16 @@ POLICY_VARIABLES = (
     "NCCL_SHM_DISABLE",
     "NCCL_NVLS_ENABLE",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+)
+
+#: Variables NCCL reads once per process (cached parameters); NCCL_ALGO and NCCL_PROTO are
+#: read again whenever a communicator is created.
+READ_ONCE_VARIABLES = (
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS",
+    "NCCL_BUFFSIZE",
+    "NCCL_P2P_DISABLE",
+    "NCCL_SHM_DISABLE",
 )
 
 #: What NCCL's debug log needs for the read-back: INFO level, the TUNING (per-collective

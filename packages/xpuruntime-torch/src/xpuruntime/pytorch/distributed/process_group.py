@@ -32,13 +32,15 @@ from xpuruntime.pytorch.distributed.nccl_log import (
     expand_debug_file,
 )
 from xpuruntime.pytorch.distributed.nccl_settings import (
+    POLICY_VARIABLES,
+    READ_ONCE_VARIABLES,
     NcclSetting,
     debug_environment,
     nccl_settings,
 )
 from xpuruntime.pytorch.errors import CollectivePolicyError
 from xpuruntime.runtime.fingerprint import environment_fingerprint, fingerprint_hash
-from xpuruntime.runtime.record import Choice, ExecutionRecord, SettingRecord
+from xpuruntime.runtime.record import Choice, ExecutionRecord, FallbackMode, SettingRecord
 
 __all__ = [
     "apply_collective_policy",
@@ -72,6 +74,8 @@ class _Applied:
     settings: list[NcclSetting]
     record: ExecutionRecord
     log: DebugLog | None
+    #: The read-once variables as this policy left them (what NCCL starts with under it).
+    read_once: dict[str, str | None] = field(default_factory=dict)
     counts: Counter[CollectiveChoice] = field(default_factory=Counter)
     reads: dict[str, str] = field(default_factory=dict)
     fallen_back: set[CollectiveChoice | str] = field(default_factory=set)
@@ -81,6 +85,11 @@ _applied: _Applied | None = None
 # NCCL opens its debug file once per process, at its first log line: every later policy
 # in this process reads the same file.
 _debug_log: DebugLog | None = None
+# The policy variables as they were before the first policy: a later policy that leaves a
+# setting to NCCL puts the variable back (the previous policy's value must not linger).
+_original: dict[str, str | None] | None = None
+# The read-once variables NCCL started with, once it has run in this process.
+_nccl_read_once: dict[str, str | None] | None = None
 
 
 def nccl_version() -> tuple[int, ...] | None:
@@ -111,22 +120,32 @@ def apply_collective_policy(
     Raises :class:`~xpuruntime.pytorch.errors.CollectivePolicyError` when a process group
     already exists and the environment NCCL started with differs from the policy.
     """
-    global _applied
+    global _applied, _original, _nccl_read_once
     layered = layered_policy(_as_execution_policy(policy))
     execution = layered.policy
     settings = nccl_settings(execution.collectives, nccl_version=nccl_version())
     with _LOCK:
+        if _original is None:
+            _original = {name: os.environ.get(name) for name in POLICY_VARIABLES}
+        wanted = {s.variable: s.value for s in settings}
+        target = {name: wanted.get(name, _original[name]) for name in POLICY_VARIABLES}
+        replaced: dict[str, str] = {}
+        stale: dict[str, tuple[str | None, str | None]] = {}
         if dist.is_available() and dist.is_initialized():
             _refuse_if_different(settings)
             notes = [
                 "the process group existed before the policy was applied; the environment it"
                 " started with already held the policy's settings"
             ]
-            replaced: dict[str, str] = {}
             log = _debug_log  # only if an earlier policy configured NCCL's debug output
         else:
-            replaced = _write_environment(settings)
+            if _nccl_read_once is None and _applied is not None and _nccl_has_run(_applied):
+                _nccl_read_once = _applied.read_once
             notes = []
+            stale = _stale_read_once(target)
+            if stale and execution.fallback == "error":  # raise before changing anything
+                _record_stale(ExecutionRecord(kind="training"), stale, "error")
+            replaced = _write_environment(target)
             log = _configure_debug_log(log_dir) if verify else None
         if log is None:
             notes.append(
@@ -137,7 +156,14 @@ def apply_collective_policy(
             notes.append(f"NCCL's debug log for this process: {log.path}")
         notes += _environment_only_notes(settings)
         record = _base_record(execution, layered.sources, settings, replaced, notes)
-        _applied = _Applied(policy=execution, settings=settings, record=record, log=log)
+        _record_stale(record, stale, execution.fallback)
+        _applied = _Applied(
+            policy=execution,
+            settings=settings,
+            record=record,
+            log=log,
+            read_once={name: target[name] for name in READ_ONCE_VARIABLES},
+        )
     return collective_record()
 
 
@@ -216,20 +242,58 @@ def _refuse_if_different(settings: list[NcclSetting]) -> None:
         )
 
 
-def _write_environment(settings: list[NcclSetting]) -> dict[str, str]:
-    """Set each variable; return the earlier values the policy replaced."""
+def _write_environment(target: dict[str, str | None]) -> dict[str, str]:
+    """Set (or, for None, remove) each variable; return the user's values the policy replaced."""
+    assert _original is not None
     replaced = {}
-    for setting in settings:
-        before = os.environ.get(setting.variable)
-        if before is not None and before != setting.value:
-            replaced[setting.variable] = before
-        os.environ[setting.variable] = setting.value
+    for name, value in target.items():
+        before = os.environ.get(name)
+        # Only the user's own values count as replaced, not what an earlier policy wrote.
+        if before is not None and value not in (None, before) and before == _original[name]:
+            replaced[name] = before
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     if replaced:
         _LOGGER.warning(
             "the collective policy replaces environment values: %s",
             ", ".join(f"{name}={value!r}" for name, value in replaced.items()),
         )
     return replaced
+
+
+def _nccl_has_run(applied: _Applied) -> bool:
+    """NCCL logged under ``applied``: it has read its once-per-process settings."""
+    return applied.log is not None and applied.log.path.exists()
+
+
+def _stale_read_once(target: dict[str, str | None]) -> dict[str, tuple[str | None, str | None]]:
+    """Read-once variables whose wanted value differs from what NCCL started with."""
+    if _nccl_read_once is None:
+        return {}
+    return {
+        name: (target[name], _nccl_read_once[name])
+        for name in READ_ONCE_VARIABLES
+        if target[name] != _nccl_read_once[name]
+    }
+
+
+def _record_stale(
+    record: ExecutionRecord,
+    stale: dict[str, tuple[str | None, str | None]],
+    mode: FallbackMode,
+) -> None:
+    for name, (wanted, started) in stale.items():
+        record.fallback(
+            what=f"NCCL setting {name}",
+            requested=str(wanted),
+            chosen=str(started),
+            reason="NCCL already ran in this process and reads this setting once per process"
+            " (NCCL_ALGO and NCCL_PROTO it reads again for each communicator); start a new"
+            " process for another value",
+            mode=mode,
+        )
 
 
 def _configure_debug_log(log_dir: str | os.PathLike[str] | None) -> DebugLog:
