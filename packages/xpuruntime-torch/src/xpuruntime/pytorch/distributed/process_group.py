@@ -319,11 +319,9 @@ def _configure_debug_log(log_dir: str | os.PathLike[str] | None) -> DebugLog:
 def _environment_only_notes(settings: list[NcclSetting]) -> list[str]:
     """Policy-free NCCL settings already in the environment: NCCL uses them too."""
     covered = {s.variable for s in settings}
-    names = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS",
-             "NCCL_BUFFSIZE", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE")  # fmt: skip
     return [
         f"{name}={os.environ[name]!r} comes from the environment, not from the policy"
-        for name in names
+        for name in POLICY_VARIABLES
         if name not in covered and name in os.environ
     ]
 
