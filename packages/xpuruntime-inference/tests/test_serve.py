@@ -143,3 +143,32 @@ def test_deployment_arguments_are_checked(ray_serve: Any, mlp: Path, tmp_path: P
         deployment(mlp, other, lock_file=lock)
     with pytest.raises(PolicyError, match="gpus_per_replica must be >= 0"):
         deployment(mlp, gpus_per_replica=-1)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("cuda_ep")
+def test_each_replica_runs_on_the_gpu_ray_assigned(ray_serve: Any) -> None:
+    from xpuruntime.inference.demo import DEMO_MODEL, demo_images
+    from xpuruntime.inference.device import cuda_device_count
+
+    serve, _ = ray_serve
+    gpus = cuda_device_count()
+    policy = ExecutionPolicy(fallback="error")
+    handle = run(
+        deployment(DEMO_MODEL, policy, num_replicas=gpus, gpus_per_replica=1),
+        name="gpus",
+        route_prefix="/gpus",
+    )
+    images = demo_images(4)
+    reference = InferenceSession(DEMO_MODEL, device="cpu").run({"image": images})
+    served = handle.run.remote({"image": images}).result()
+    np.testing.assert_allclose(
+        served["probabilities"], reference["probabilities"], rtol=1e-4, atol=1e-6
+    )
+    records = replica_records(handle, gpus)
+    assigned = sorted(gpu for replica in records.values() for gpu in replica.gpu_ids)
+    assert assigned == sorted(str(i) for i in range(gpus))  # one GPU each, all used
+    for replica in records.values():
+        assert replica.devices == ["cuda:0"]  # Ray shows a replica only its own GPU
+        assert replica.record.fallbacks == []
+    serve.delete("gpus")
