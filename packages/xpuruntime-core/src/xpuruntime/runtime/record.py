@@ -27,7 +27,8 @@ import msgspec
 
 from xpuruntime.runtime.errors import FallbackError, RecordSchemaError, UnsupportedOperationError
 
-#: 2 added NodeRecord.placement/reason, DecisionRecord.status and ExecutionRecord.policy_sources.
+#: 2 added NodeRecord.placement/reason, DecisionRecord.status, ExecutionRecord.policy_sources
+#: and RunRecord.device.
 RECORD_SCHEMA_VERSION = 2
 
 FallbackMode = Literal["error", "warn", "allow"]
@@ -117,13 +118,18 @@ class CopyRecord(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class RunRecord(msgspec.Struct, forbid_unknown_fields=True):
-    """One ``run`` / training step: timing, copies and synchronisations."""
+    """One ``run`` / training step: timing, copies and synchronisations.
+
+    ``device`` names the device the run ran on where one record merges runs of several
+    devices (a session pool); None where the record's ``device`` says it.
+    """
 
     index: int
     latency_ms: float
     copies: list[CopyRecord] = msgspec.field(default_factory=list)
     syncs: int = 0
     io_binding: bool = False
+    device: str | None = None
 
 
 class KernelRecord(msgspec.Struct, forbid_unknown_fields=True):

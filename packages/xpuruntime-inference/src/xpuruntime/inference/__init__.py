@@ -36,6 +36,7 @@ from xpuruntime.inference.errors import (  # noqa: E402
     InvalidModelError,
     ModelNotFoundError,
 )
+from xpuruntime.inference.pool import SessionPool  # noqa: E402
 from xpuruntime.inference.session import InferenceSession  # noqa: E402
 
 __all__ = [
@@ -52,5 +53,6 @@ __all__ = [
     "InputShapeError",
     "InvalidModelError",
     "ModelNotFoundError",
+    "SessionPool",
     "__version__",
 ]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -78,3 +80,24 @@ def check_present(spec: DeviceSpec) -> None:
             f"device {str(spec)!r} does not exist: this machine has {count} CUDA device(s) "
             f"(cuda:0 .. cuda:{count - 1}); pick one of those or device='auto'"
         )
+
+
+@contextmanager
+def current_cuda_device(index: int) -> Iterator[None]:
+    """Make CUDA device ``index`` current for this thread inside the block, then restore.
+
+    Libraries such as TensorRT build, load and enqueue on the thread's current device; a
+    session on ``cuda:N`` makes N current around those calls without changing the caller's
+    device (PyTorch's ``torch.cuda.current_device()`` included) after them.
+    """
+    from xpuruntime.runtime.native import core
+
+    previous = int(core().current_device())
+    if previous == index:
+        yield
+        return
+    core().set_current_device(index)
+    try:
+        yield
+    finally:
+        core().set_current_device(previous)

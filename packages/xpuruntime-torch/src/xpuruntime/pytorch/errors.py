@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from xpuruntime.policies.errors import XpuRuntimeError
 
-__all__ = ["AllocatorError", "GraphInputError"]
+__all__ = ["AllocatorError", "CollectivePolicyError", "GraphInputError"]
 
 
 class AllocatorError(XpuRuntimeError, RuntimeError):
@@ -17,3 +17,7 @@ class GraphInputError(XpuRuntimeError, ValueError):
 
 class TorchVersionError(XpuRuntimeError, ImportError):
     """The installed PyTorch lacks an API xpuruntime.pytorch relies on (it moved or is gone)."""
+
+
+class CollectivePolicyError(XpuRuntimeError, RuntimeError):
+    """A collective policy cannot take effect now (NCCL already runs with other settings)."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from xpuruntime.inference.device import cuda_device_count, parse_device
+from xpuruntime.inference.device import cuda_device_count, current_cuda_device, parse_device
 from xpuruntime.inference.engine_logs import tensorrt_logger
 from xpuruntime.inference.engines.trt_build import (
     BuildPlan,
@@ -121,16 +121,17 @@ class TensorRTEngine(Engine):
             sorted(set(options.values())),
         )
         logger = tensorrt_logger(trt, exec_policy.engine_log_level)
-        serialized = _cached_or_built(trt, logger, model, exec_policy, plan, record)
-        runtime = trt.Runtime(logger)
-        engine = runtime.deserialize_cuda_engine(serialized)
-        if engine is None:
-            raise UnsupportedOperationError(
-                f"TensorRT {trt.__version__} could not deserialize the engine for {model}"
-            )
-        _record_layers(engine, trt, record)
-        stream = Stream(device=spec.ordinal)
-        return TensorRTSession(trt, engine, runtime, stream, spec.ordinal)
+        with current_cuda_device(spec.ordinal):  # TensorRT builds and loads on the current GPU
+            serialized = _cached_or_built(trt, logger, model, exec_policy, plan, record)
+            runtime = trt.Runtime(logger)
+            engine = runtime.deserialize_cuda_engine(serialized)
+            if engine is None:
+                raise UnsupportedOperationError(
+                    f"TensorRT {trt.__version__} could not deserialize the engine for {model}"
+                )
+            _record_layers(engine, trt, record)
+            stream = Stream(device=spec.ordinal)
+            return TensorRTSession(trt, engine, runtime, stream, spec.ordinal)
 
 
 def _cached_or_built(
@@ -273,6 +274,12 @@ class TensorRTSession(EngineSession):
 
     def run(
         self, feeds: Mapping[str, Any], output_names: Sequence[str] | None = None
+    ) -> dict[str, Any]:
+        with current_cuda_device(self._device_index):  # the context enqueues on its own GPU
+            return self._run_on_device(feeds, output_names)
+
+    def _run_on_device(
+        self, feeds: Mapping[str, Any], output_names: Sequence[str] | None
     ) -> dict[str, Any]:
         from xpuruntime.runtime.device import synchronize
 
