@@ -190,7 +190,7 @@ def kernels(op: str | None, json_target: str | None) -> None:
 class _KernelRow(msgspec.Struct):
     """One kernel of the listing: where it runs and which engines honour or steer it."""
 
-    kernel: str
+    name: str
     devices: list[str]
     engines: dict[str, list[str]] = msgspec.field(default_factory=dict)
     prefer_only: dict[str, list[str]] = msgspec.field(default_factory=dict)
@@ -206,7 +206,7 @@ def _kernel_line(row: _KernelRow, unpublished: dict[str, str]) -> str:
             for engine, devices in table.items()
         )
 
-    line = f"  {row.kernel:<12} devices={','.join(row.devices):<9} engines={engines(row.engines) or '-'}"
+    line = f"  {row.name:<12} devices={','.join(row.devices):<9} engines={engines(row.engines) or '-'}"
     if row.prefer_only:
         line += f"  prefer-only={engines(row.prefer_only)}"
     if row.aliases:
