@@ -12,11 +12,13 @@ import difflib
 from collections.abc import Iterable
 
 from xpuruntime.policies.errors import XpuRuntimeError
+from xpuruntime.runtime.errors import FallbackError
 
 __all__ = [
     "CacheError",
     "DeviceNotFoundError",
     "EngineRunError",
+    "HostShapeComputeError",
     "InputDtypeError",
     "InputError",
     "InputNameError",
@@ -77,3 +79,8 @@ class ModelTypeError(XpuRuntimeError, TypeError):
 
 class SessionClosedError(XpuRuntimeError, RuntimeError):
     """The session was closed (``InferenceSession.close()``) and cannot run any more."""
+
+
+class HostShapeComputeError(FallbackError):
+    """``ExecutionPolicy(host_shape_compute="forbid")`` and the engine placed shape computation
+    on the host; the message names the nodes."""
