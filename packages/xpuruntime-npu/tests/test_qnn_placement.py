@@ -113,7 +113,9 @@ def if_model(tmp_path: Path) -> Path:
             helper.make_node("Shape", ["x"], ["s"], name="shape"),
             helper.make_node("Gather", ["s", "zero"], ["n"], name="gather", axis=0),
             helper.make_node("Greater", ["n", "two"], ["c"], name="greater"),
-            helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=otherwise),
+            helper.make_node(
+                "If", ["c"], ["y"], name="if", then_branch=then, else_branch=otherwise
+            ),
         ],
         "if_shape",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
@@ -154,7 +156,11 @@ def _raw_qnn(model: Path, dims: dict[str, int], optimization: str, options: dict
 # The HTP options xpuruntime's QNN engine sets for these policies (its default performance
 # hint 'latency' is burst mode; fp16 needs the SoC named).
 FP32_OPTIONS = {"htp_performance_mode": "burst", "enable_htp_fp16_precision": "0"}
-FP16_OPTIONS = {"htp_performance_mode": "burst", "enable_htp_fp16_precision": "1", "soc_model": "69"}
+FP16_OPTIONS = {
+    "htp_performance_mode": "burst",
+    "enable_htp_fp16_precision": "1",
+    "soc_model": "69",
+}
 FP16_POLICY = {"precision": "fp16", "engine_options": {"qnn": {"soc_model": "69"}}}
 
 
@@ -183,9 +189,7 @@ def _assert_same_outputs(session: InferenceSession, raw, feeds) -> None:
 def test_shape_nodes_on_the_host_are_recorded_not_fallbacks(shape_subgraph):
     shapes = {"x": [2, 4, 16]}
     raw, elsewhere = _raw_qnn(shape_subgraph, {"batch": 2}, "ORT_DISABLE_ALL", FP32_OPTIONS)
-    session = _xrt(
-        shape_subgraph, shapes, graph_optimization="disabled", fallback="allow"
-    )
+    session = _xrt(shape_subgraph, shapes, graph_optimization="disabled", fallback="allow")
     record = session.record()
     off = {n.name: n for n in record.nodes if n.chosen != QNN_EP}
     assert set(off) == elsewhere  # exactly what ONNX Runtime reports
@@ -246,7 +250,9 @@ def test_control_flow_on_a_shape_value(if_model, optimization):
     shapes = {"x": [3, 16]}
     raw, elsewhere = _raw_qnn(if_model, {"batch": 3}, optimization, FP16_OPTIONS)
     policy_level = {"ORT_ENABLE_ALL": "all", "ORT_DISABLE_ALL": "disabled"}[optimization]
-    session = _xrt(if_model, shapes, graph_optimization=policy_level, fallback="error", **FP16_POLICY)
+    session = _xrt(
+        if_model, shapes, graph_optimization=policy_level, fallback="error", **FP16_POLICY
+    )
     record = session.record()
     off = {n.name: n.placement for n in record.nodes if n.chosen != QNN_EP}
     assert set(off) == elsewhere

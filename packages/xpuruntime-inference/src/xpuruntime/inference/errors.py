@@ -23,6 +23,7 @@ __all__ = [
     "InputError",
     "InputNameError",
     "InputShapeError",
+    "InputShapeWarning",
     "InvalidModelError",
     "ModelNotFoundError",
     "ModelTypeError",
@@ -84,3 +85,8 @@ class SessionClosedError(XpuRuntimeError, RuntimeError):
 class HostShapeComputeError(FallbackError):
     """``ExecutionPolicy(host_shape_compute="forbid")`` and the engine placed shape computation
     on the host; the message names the nodes."""
+
+
+class InputShapeWarning(UserWarning):
+    """Inputs give one named dimension two sizes in a call. Engines treat dimension names as
+    hints and run such feeds, so this is a warning (also noted in the record), not an error."""
