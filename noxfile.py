@@ -37,6 +37,9 @@ nox.options.error_on_external_run = True
 
 ROOT = Path(__file__).parent
 DIST = ROOT / "dist"
+#: Where scripts/fetch_public_models.py puts the public models the tests run.
+PUBLIC_MODELS = ROOT / "build" / "public-models"
+PUBLIC_MODEL_TESTS = "packages/xpuruntime-inference/tests/test_public_models.py"
 PYTHON = os.environ.get("XPURUNTIME_NOX_PYTHON", "3.11")
 # uv as a module of the interpreter running nox: works whether or not `uv` is on PATH.
 UV = (sys.executable, "-m", "uv")
@@ -154,8 +157,19 @@ def _pytest(session: nox.Session, *paths: str) -> None:
         "-m",
         "not gpu and not tensorrt",
         *session.posargs,
-        env={"XPURUNTIME_DIST": str(DIST)},
+        env={"XPURUNTIME_DIST": str(DIST), "XPURUNTIME_PUBLIC_MODELS": str(PUBLIC_MODELS)},
     )
+
+
+def _fetch_public_models(session: nox.Session) -> None:
+    """The public models of scripts/public_models.json into build/public-models (once per
+    checkout: present files with the right digest are kept). pip comes in a throwaway
+    environment: the test environment stays exactly the locked one."""
+    session.run_install(
+        *UV, "run", "--no-project", "--quiet", "--with=pip", "python",
+        "scripts/fetch_public_models.py", str(PUBLIC_MODELS),
+        external=True,
+    )  # fmt: skip
 
 
 def _build_all(session: nox.Session) -> None:
@@ -286,6 +300,8 @@ def tests(session: nox.Session, member: str) -> None:
     _install_locked(session, TEST_ENVIRONMENTS[member])
     if member in ("policies", "xpuruntime"):
         _uv_for_packaging_tests(session)
+    if member == "inference":
+        _fetch_public_models(session)
     _pytest(session, f"packages/{MEMBERS[member]}/tests")
 
 
@@ -328,12 +344,16 @@ class Backend:
     extras: tuple[str, ...]
     suites: tuple[str, ...] = ()
     torch: bool = False
+    #: Single test files beyond the suites (they fetch the public models first).
+    tests: tuple[str, ...] = ()
 
 
 BACKENDS = {
     "cpu": Backend(("cpu",)),
     "openvino": Backend(("cpu", "openvino"), ("npu",)),  # [openvino] has nncf
-    "qnn": Backend(("qnn",), ("npu",)),
+    # Public models on the QNN EP: the HTP simulator's minutes-long ones are marked slow and
+    # run in the public_models session.
+    "qnn": Backend(("qnn",), ("npu",), tests=(PUBLIC_MODEL_TESTS,)),
     "torch-cpu": Backend(("cpu", "torch"), torch=True),
     "cuda": Backend(("cuda", "torch"), ("core", "inference", "torch"), torch=True),
     "tensorrt": Backend(("tensorrt",), ("inference",)),
@@ -347,18 +367,27 @@ NEWEST = {
 }
 
 
-def _run_backend_suites(session: nox.Session, backend: str) -> None:
+def _run_backend_suites(session: nox.Session, backend: str, *, slow: bool = False) -> None:
     spec = BACKENDS[backend]
     suites = [f"packages/{MEMBERS[s]}/tests" for s in spec.suites]
+    if spec.tests:
+        _fetch_public_models(session)
     marker = "gpu or tensorrt" if backend in GPU_BACKENDS else "not gpu and not tensorrt"
+    if spec.tests and not slow:
+        marker = f"({marker}) and not slow"
     session.run(
         "pytest",
         "packages/xpuruntime/tests/backends",
         *suites,
+        *spec.tests,
         "-m",
         marker,
         *session.posargs,
-        env={"XPURUNTIME_BACKEND": backend, "XPURUNTIME_DIST": str(DIST)},
+        env={
+            "XPURUNTIME_BACKEND": backend,
+            "XPURUNTIME_DIST": str(DIST),
+            "XPURUNTIME_PUBLIC_MODELS": str(PUBLIC_MODELS),
+        },
     )
 
 
@@ -385,6 +414,20 @@ def gpu_backends(session: nox.Session, backend: str) -> None:
     _backend_session(session, backend)
 
 
+@nox.session(python=PYTHON, default=False)
+def public_models(session: nox.Session) -> None:
+    """Public models on the CPU and QNN EPs, slow HTP simulations included (minutes).
+
+    The CUDA variant runs in gpu_backends(backend='cuda').
+    """
+    _install_locked(session, Environment(_ALL, "xpuruntime", ("qnn",)))
+    _fetch_public_models(session)
+    session.run(
+        "pytest", PUBLIC_MODEL_TESTS, "-m", "not gpu and not tensorrt", *session.posargs,
+        env={"XPURUNTIME_PUBLIC_MODELS": str(PUBLIC_MODELS)},
+    )  # fmt: skip
+
+
 _PRINT_VERSIONS = (
     "import sys, importlib.metadata as m; "
     "print('newest:', ', '.join(f'{p} {m.version(p)}' for p in sys.argv[1:]))"
@@ -394,8 +437,10 @@ _PRINT_VERSIONS = (
 @nox.session(python=PYTHON, default=False)
 @nox.parametrize("backend", list(NEWEST))
 def newest(session: nox.Session, backend: str) -> None:
-    """The backend suites against the newest releases (resolved afresh, not from uv.lock):
-    what the next lock update will meet. Not default: upstream releases must not break CI."""
+    """The backend suites against the newest releases, resolved afresh (not from uv.lock).
+
+    What the next lock update will meet; not default, so upstream releases cannot break CI.
+    """
     _ensure_wheels(session)
     extras = ",".join(BACKENDS[backend].extras)
     wheels = [str(_wheel(MEMBERS[m])) for m in _ALL if m != "xpuruntime"]
