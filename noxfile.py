@@ -17,11 +17,12 @@ against the newest releases, to see upstream changes coming.
 
 from __future__ import annotations
 
-import importlib.metadata
+import importlib.util
 import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import zipfile
 from dataclasses import dataclass
@@ -41,8 +42,20 @@ DIST = ROOT / "dist"
 PUBLIC_MODELS = ROOT / "build" / "public-models"
 PUBLIC_MODEL_TESTS = "packages/xpuruntime-inference/tests/test_public_models.py"
 PYTHON = os.environ.get("XPURUNTIME_NOX_PYTHON", "3.11")
-# uv as a module of the interpreter running nox: works whether or not `uv` is on PATH.
-UV = (sys.executable, "-m", "uv")
+
+
+def _find_uv() -> tuple[str, ...]:
+    """uv as a module of the interpreter running nox (`pip install uv nox`, .ci/run), else
+    the `uv` on PATH (`uvx nox`, whose environment holds nox only)."""
+    if importlib.util.find_spec("uv") is not None:
+        return (sys.executable, "-m", "uv")
+    found = shutil.which("uv")
+    if found is None:
+        raise SystemExit("nox needs uv: pip install uv (or run it as `uvx nox`)")
+    return (found,)
+
+
+UV = _find_uv()
 
 MEMBERS = {
     "policies": "xpuruntime-policies",
@@ -290,7 +303,8 @@ TEST_ENVIRONMENTS = {
 
 def _uv_for_packaging_tests(session: nox.Session) -> None:
     """The packaging tests make clean venvs with uv: the same uv that runs nox."""
-    session.install(f"uv=={importlib.metadata.version('uv')}")
+    version = subprocess.run([*UV, "--version"], capture_output=True, text=True, check=True)
+    session.install(f"uv=={version.stdout.split()[1]}")
 
 
 @nox.session(python=PYTHON, default=True)

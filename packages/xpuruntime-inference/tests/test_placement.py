@@ -180,6 +180,7 @@ def test_names_the_optimizer_derived_map_back() -> None:
     placed["gather"] = CPU
     analysis = ShapeAnalysis(graph, placed, CUDA)
     assert analysis.verdict("_if_then_branch_token_8_gather_token_3")[0] is True  # type: ignore[index]
+    assert analysis.verdict("gather/MatMulAddFusion")[0] is True  # type: ignore[index]
     assert analysis.verdict("made_up_node") is None
     (made_up,) = classify(
         [PlacedNode("made_up_node", "Gather", CPU)],

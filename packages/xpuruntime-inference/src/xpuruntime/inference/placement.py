@@ -47,9 +47,10 @@ SMALL_INITIALIZER = 100
 # Element types that keep a node off ONNX Runtime's CPU-preferred list (float16, bfloat16, the
 # float8 formats): onnx.TensorProto.DataType values.
 _LOW_PRECISION_FLOATS = {10: "float16", 16: "bfloat16", 17: "float8", 18: "float8", 19: "float8", 20: "float8"}  # fmt: skip
-# How ONNX Runtime's optimizer renames what it copies or inlines: GenerateNodeName's
-# "_token_<n>" suffix, If-constant-folding's "_if_then_branch..._" prefix.
-_GENERATED_SUFFIX = re.compile(r"(_token_\d+)+$")
+# How ONNX Runtime's optimizer renames what it copies, inlines or fuses: GenerateNodeName's
+# "_token_<n>" suffix, If-constant-folding's "_if_then_branch..._" prefix, a fusion's
+# "<first node>/<Name>Fusion".
+_GENERATED_SUFFIX = re.compile(r"(_token_\d+)+$|/\w*Fusion$")
 _INLINED_PREFIX = re.compile(r"^_if_(?:then|else)_branch(?:_token_\d+)?_")
 _SHOWN_NODES = 10
 
