@@ -322,6 +322,7 @@ def tests(session: nox.Session, member: str) -> None:
 # xrt_flash's Triton kernels in Triton's CPU interpreter: the core's kernel tests and the
 # PyTorch custom ops, against float32 references. Triton 3.6 is what the GPU machines run;
 # its interpreter turns one-element NumPy arrays into loop bounds, which NumPy >= 2.4 refuses.
+# So this environment is the torch suite's locked one with these two deliberately on top.
 ATTENTION_TESTS = [
     "packages/xpuruntime-core/tests/test_attention_interpreter.py",
     "packages/xpuruntime-torch/tests/test_xrt_attention.py",
@@ -330,8 +331,7 @@ ATTENTION_DEPS = ["triton==3.6.0", "numpy>=1.24,<2.4"]
 
 
 def _attention_session(session: nox.Session, marker: str) -> None:
-    session.install(*_torch_find_links(), TORCH_CPU)
-    _install_wheels(session, "policies", "core", "torch")
+    _install_locked(session, TEST_ENVIRONMENTS["torch"])
     session.install(*ATTENTION_DEPS)
     session.run(
         "pytest", *ATTENTION_TESTS, "-m", marker, *session.posargs,
