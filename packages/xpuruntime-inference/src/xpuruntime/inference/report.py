@@ -102,17 +102,6 @@ def _nodes(record: ExecutionRecord) -> Table:
     return table
 
 
-def _policy_sources(record: ExecutionRecord) -> Table:
-    table = Table(
-        title="Policy sources (settings not listed keep their defaults)", title_justify="left"
-    )
-    for column in ("setting", "set by"):
-        table.add_column(column, overflow="fold")
-    for setting, layer in sorted(record.policy_sources.items()):
-        table.add_row(_fmt(setting), _fmt(layer))
-    return table
-
-
 def _decisions(record: ExecutionRecord) -> Table:
     table = Table(title="Kernel decisions", title_justify="left")
     for column in ("op", "kernel", "mode", "reason"):
