@@ -5,16 +5,27 @@ runs (`.ci/run`). The native core is compiled once, by the `build` session, into
 every test session installs those wheels instead of building again (compiling CUDA code on
 a 2-core CI machine is the slowest step we have). Sessions tagged ``gpu`` need an NVIDIA
 GPU and are not default.
+
+Test environments are reproducible: the member wheels go in with ``--no-deps`` and every
+third-party package at the version ``uv.lock`` pins (``uv export --locked`` for the member
+and extras that environment stands for), so an upstream release cannot change what CI
+tests. The one exception is torch: the lock holds PyPI's CUDA build, and the CPU sessions
+install the CPU build of :data:`TORCH_CPU` in its place (its dependencies still from the
+lock). The non-default ``newest`` session resolves afresh and runs the backend suites
+against the newest releases, to see upstream changes coming.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import nox
@@ -27,9 +38,24 @@ nox.options.error_on_external_run = True
 
 ROOT = Path(__file__).parent
 DIST = ROOT / "dist"
+#: Where scripts/fetch_public_models.py puts the public models the tests run.
+PUBLIC_MODELS = ROOT / "build" / "public-models"
+PUBLIC_MODEL_TESTS = "packages/xpuruntime-inference/tests/test_public_models.py"
 PYTHON = os.environ.get("XPURUNTIME_NOX_PYTHON", "3.11")
-# uv as a module of the interpreter running nox: works whether or not `uv` is on PATH.
-UV = (sys.executable, "-m", "uv")
+
+
+def _find_uv() -> tuple[str, ...]:
+    """uv as a module of the interpreter running nox (`pip install uv nox`, .ci/run), else
+    the `uv` on PATH (`uvx nox`, whose environment holds nox only)."""
+    if importlib.util.find_spec("uv") is not None:
+        return (sys.executable, "-m", "uv")
+    found = shutil.which("uv")
+    if found is None:
+        raise SystemExit("nox needs uv: pip install uv (or run it as `uvx nox`)")
+    return (found,)
+
+
+UV = _find_uv()
 
 MEMBERS = {
     "policies": "xpuruntime-policies",
@@ -41,7 +67,20 @@ MEMBERS = {
 }
 PURE_PYTHON = ["policies", "inference", "npu", "torch", "xpuruntime"]
 TORCH_CPU = "torch==2.13.0"
+# The newest session's test tools (the locked sessions take theirs from the `test` group).
 TEST_DEPS = ["pytest>=8.3", "hypothesis>=6.100", "onnx>=1.16", "numpy>=1.24", "jsonschema>=4"]
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What a test environment holds: member wheels from dist/, and the third-party packages
+    uv.lock pins for ``lock`` (a distribution of the workspace) with ``extras``."""
+
+    members: tuple[str, ...]
+    lock: str
+    extras: tuple[str, ...] = ()
+    #: torch's CPU build replaces the lock's CUDA one (the CPU machines cannot hold it).
+    cpu_torch: bool = False
 
 
 def _pyproject(dist: str) -> dict:
@@ -84,17 +123,44 @@ def _torch_find_links() -> list[str]:
     return ["--extra-index-url", "https://download.pytorch.org/whl/cpu"]
 
 
-def _install_wheels(session: nox.Session, *specs: str) -> None:
-    """Install member wheels from dist/ (``"inference[cpu]"`` style specs) plus test deps."""
+def _locked_requirements(session: nox.Session, env: Environment) -> Path:
+    """uv.lock's pins for ``env`` as a requirements file (``--locked``: a lock that no longer
+    matches the pyproject files is an error, not silently used)."""
+    path = Path(session.create_tmp()) / "requirements.lock.txt"
+    args = [f"--package={env.lock}", *(f"--extra={e}" for e in env.extras), "--group=test"]
+    if env.cpu_torch:
+        args += ["--no-emit-package=torch", *(f"--prune={p}" for p in _torch_cuda_packages())]
+    session.run_install(
+        *UV, "export", "--locked", "--quiet", "--format=requirements.txt", "--no-hashes",
+        "--no-header", "--no-annotate", "--no-emit-workspace", f"--output-file={path}", *args,
+        external=True,
+    )  # fmt: skip
+    return path
+
+
+def _torch_cuda_packages() -> list[str]:
+    """The CUDA runtime packages the lock's torch pulls in (dropped with the CUDA build)."""
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    return sorted(
+        {
+            dep["name"]
+            for package in lock["package"]
+            if package["name"] == "torch"
+            for dep in package.get("dependencies", [])
+            if dep["name"].startswith(("nvidia-", "cuda-", "triton"))
+        }
+    )
+
+
+def _install_locked(session: nox.Session, env: Environment) -> None:
+    """Install ``env``: member wheels and locked requirements, nothing resolved afresh."""
     _ensure_wheels(session)
-    requirements = []
-    for spec in specs:
-        key, _, extra = spec.partition("[")
-        wheel = str(_wheel(MEMBERS[key]))
-        requirements.append(f"{wheel}[{extra}" if extra else wheel)
-    # Members resolve each other from dist/ (they are not on any index).
-    torch_source = _torch_find_links() if any(s.startswith("torch") for s in specs) else []
-    session.install("--find-links", str(DIST), *torch_source, *requirements, *TEST_DEPS)
+    wheels = [str(_wheel(MEMBERS[m])) for m in env.members]
+    torch = [*_torch_find_links(), TORCH_CPU] if env.cpu_torch else []
+    requirements = _locked_requirements(session, env)
+    session.install("--no-deps", "-r", str(requirements), *wheels, *torch)
+    # The environment must hold together: every member's and package's requirements met.
+    session.run_install(*UV, "pip", "check", f"--python={session.bin}/python", external=True)
 
 
 def _pytest(session: nox.Session, *paths: str) -> None:
@@ -104,8 +170,19 @@ def _pytest(session: nox.Session, *paths: str) -> None:
         "-m",
         "not gpu and not tensorrt",
         *session.posargs,
-        env={"XPURUNTIME_DIST": str(DIST)},
+        env={"XPURUNTIME_DIST": str(DIST), "XPURUNTIME_PUBLIC_MODELS": str(PUBLIC_MODELS)},
     )
+
+
+def _fetch_public_models(session: nox.Session) -> None:
+    """The public models of scripts/public_models.json into build/public-models (once per
+    checkout: present files with the right digest are kept). pip comes in a throwaway
+    environment: the test environment stays exactly the locked one."""
+    session.run_install(
+        *UV, "run", "--no-project", "--quiet", "--with=pip", "python",
+        "scripts/fetch_public_models.py", str(PUBLIC_MODELS),
+        external=True,
+    )  # fmt: skip
 
 
 def _build_all(session: nox.Session) -> None:
@@ -113,6 +190,17 @@ def _build_all(session: nox.Session) -> None:
     session.run_install(
         *UV, "build", "--all-packages", "--wheel", "--out-dir", str(DIST), external=True
     )
+
+
+def _locked_group(session: nox.Session, group: str) -> list[str]:
+    """``-r <file>`` for the locked versions of one dependency group of the workspace root."""
+    path = Path(session.create_tmp()) / f"{group}.lock.txt"
+    session.run_install(
+        *UV, "export", "--locked", "--quiet", "--format=requirements.txt", "--no-hashes",
+        "--no-header", "--no-annotate", f"--only-group={group}", f"--output-file={path}",
+        external=True,
+    )  # fmt: skip
+    return ["-r", str(path)]
 
 
 @nox.session(python=PYTHON, default=True)
@@ -127,12 +215,11 @@ def lint(session: nox.Session) -> None:
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the pure-Python distributions."""
     # The backends' own type information matters for strict checking of the engines and the
-    # PyTorch extension, so they are installed here (CPU builds).
-    session.install(*_torch_find_links(), TORCH_CPU)
-    session.install(
-        "mypy>=1.11", "types-PyYAML", "msgspec", "click", "rich", "numpy", "PyYAML", "tomli-w",
-        "onnx", "onnxruntime-qnn", "openvino", "nncf",
-    )  # fmt: skip
+    # PyTorch extension, so they are installed here (locked versions, CPU builds).
+    env = Environment((), "xpuruntime", ("cpu", "openvino", "qnn", "torch"), cpu_torch=True)
+    requirements = _locked_requirements(session, env)
+    session.install("--no-deps", "-r", str(requirements), *_torch_find_links(), TORCH_CPU)
+    session.install("--no-deps", *_locked_group(session, "typecheck"))
     paths = [f"packages/{MEMBERS[m]}/src" for m in PURE_PYTHON]
     paths.append("packages/xpuruntime-core/src/xpuruntime/runtime")
     env = {"MYPYPATH": os.pathsep.join(f"packages/{d}/src" for d in MEMBERS.values())}
@@ -202,32 +289,40 @@ def pins(session: nox.Session) -> None:
 
 
 # Each member's own suite, in the environment that member needs on a CPU machine.
+_ALL = ("policies", "core", "inference", "npu", "xpuruntime")
 TEST_ENVIRONMENTS = {
-    "policies": ["policies"],
-    "core": ["policies", "core"],
-    "inference": ["policies", "core", "inference[cpu]"],
+    "policies": Environment(("policies",), "xpuruntime-policies"),
+    "core": Environment(("policies", "core"), "xpuruntime-core"),
+    "inference": Environment(("policies", "core", "inference"), "xpuruntime-inference", ("cpu",)),
     # No backend: the npu suite's missing-package paths; backends-openvino/-qnn run the rest.
-    "npu": ["policies", "core", "inference[cpu]", "npu"],
-    "torch": ["policies", "core", "torch"],
-    "xpuruntime": ["policies", "core", "inference", "npu", "xpuruntime"],
+    "npu": Environment(("policies", "core", "inference", "npu"), "xpuruntime", ("cpu",)),
+    "torch": Environment(("policies", "core", "torch"), "xpuruntime-torch", cpu_torch=True),
+    "xpuruntime": Environment(_ALL, "xpuruntime"),
 }
+
+
+def _uv_for_packaging_tests(session: nox.Session) -> None:
+    """The packaging tests make clean venvs with uv: the same uv that runs nox."""
+    version = subprocess.run([*UV, "--version"], capture_output=True, text=True, check=True)
+    session.install(f"uv=={version.stdout.split()[1]}")
 
 
 @nox.session(python=PYTHON, default=True)
 @nox.parametrize("member", list(TEST_ENVIRONMENTS))
 def tests(session: nox.Session, member: str) -> None:
-    """Run one member's test suite against the built wheels."""
-    if member == "torch":
-        session.install(*_torch_find_links(), TORCH_CPU)
-    _install_wheels(session, *TEST_ENVIRONMENTS[member])
+    """Run one member's test suite against the built wheels, in its locked environment."""
+    _install_locked(session, TEST_ENVIRONMENTS[member])
     if member in ("policies", "xpuruntime"):
-        session.install("uv")  # their packaging tests make clean venvs with uv
+        _uv_for_packaging_tests(session)
+    if member == "inference":
+        _fetch_public_models(session)
     _pytest(session, f"packages/{MEMBERS[member]}/tests")
 
 
 # xrt_flash's Triton kernels in Triton's CPU interpreter: the core's kernel tests and the
 # PyTorch custom ops, against float32 references. Triton 3.6 is what the GPU machines run;
 # its interpreter turns one-element NumPy arrays into loop bounds, which NumPy >= 2.4 refuses.
+# So this environment is the torch suite's locked one with these two deliberately on top.
 ATTENTION_TESTS = [
     "packages/xpuruntime-core/tests/test_attention_interpreter.py",
     "packages/xpuruntime-torch/tests/test_xrt_attention.py",
@@ -236,8 +331,7 @@ ATTENTION_DEPS = ["triton==3.6.0", "numpy>=1.24,<2.4"]
 
 
 def _attention_session(session: nox.Session, marker: str) -> None:
-    session.install(*_torch_find_links(), TORCH_CPU)
-    _install_wheels(session, "policies", "core", "torch")
+    _install_locked(session, TEST_ENVIRONMENTS["torch"])
     session.install(*ATTENTION_DEPS)
     session.run(
         "pytest", *ATTENTION_TESTS, "-m", marker, *session.posargs,
@@ -259,33 +353,65 @@ def attention_full(session: nox.Session) -> None:
 
 # Backend matrix: the meta-package installed with that backend's extra, the backend's
 # conformance tests, then the suites of the members that drive that backend.
-BACKENDS: dict[str, dict[str, list[str]]] = {
-    "cpu": {"install": ["xpuruntime[cpu]"], "suites": []},
-    "openvino": {"install": ["xpuruntime[cpu,openvino]"], "suites": ["npu"]},  # [openvino] has nncf
-    "qnn": {"install": ["xpuruntime[qnn]"], "suites": ["npu"]},
-    "torch-cpu": {"install": ["xpuruntime[cpu]", "torch"], "suites": []},
-    "cuda": {"install": ["xpuruntime[cuda]", "torch"], "suites": ["core", "inference", "torch"]},
-    "tensorrt": {"install": ["xpuruntime[tensorrt]"], "suites": ["inference"]},
+@dataclass(frozen=True)
+class Backend:
+    extras: tuple[str, ...]
+    suites: tuple[str, ...] = ()
+    torch: bool = False
+    #: Single test files beyond the suites (they fetch the public models first).
+    tests: tuple[str, ...] = ()
+
+
+BACKENDS = {
+    "cpu": Backend(("cpu",)),
+    "openvino": Backend(("cpu", "openvino"), ("npu",)),  # [openvino] has nncf
+    # Public models on the QNN EP: the HTP simulator's minutes-long ones are marked slow and
+    # run in the public_models session.
+    "qnn": Backend(("qnn",), ("npu",), tests=(PUBLIC_MODEL_TESTS,)),
+    "torch-cpu": Backend(("cpu", "torch"), torch=True),
+    "cuda": Backend(("cuda", "torch"), ("core", "inference", "torch"), torch=True),
+    "tensorrt": Backend(("tensorrt",), ("inference",)),
 }
 GPU_BACKENDS = {"cuda", "tensorrt"}
+#: The backends the ``newest`` session upgrades, and the packages it reports.
+NEWEST = {
+    "cpu": ["onnxruntime"],
+    "openvino": ["openvino", "nncf", "onnxruntime"],
+    "qnn": ["onnxruntime", "onnxruntime-qnn"],
+}
 
 
-def _backend_session(session: nox.Session, backend: str) -> None:
+def _run_backend_suites(session: nox.Session, backend: str, *, slow: bool = False) -> None:
     spec = BACKENDS[backend]
-    if backend == "torch-cpu":
-        session.install(*_torch_find_links(), TORCH_CPU)
-    _install_wheels(session, "policies", "core", "inference", "npu", *spec["install"])
-    suites = [f"packages/{MEMBERS[s]}/tests" for s in spec["suites"]]
+    suites = [f"packages/{MEMBERS[s]}/tests" for s in spec.suites]
+    if spec.tests:
+        _fetch_public_models(session)
     marker = "gpu or tensorrt" if backend in GPU_BACKENDS else "not gpu and not tensorrt"
+    if spec.tests and not slow:
+        marker = f"({marker}) and not slow"
     session.run(
         "pytest",
         "packages/xpuruntime/tests/backends",
         *suites,
+        *spec.tests,
         "-m",
         marker,
         *session.posargs,
-        env={"XPURUNTIME_BACKEND": backend, "XPURUNTIME_DIST": str(DIST)},
+        env={
+            "XPURUNTIME_BACKEND": backend,
+            "XPURUNTIME_DIST": str(DIST),
+            "XPURUNTIME_PUBLIC_MODELS": str(PUBLIC_MODELS),
+        },
     )
+
+
+def _backend_session(session: nox.Session, backend: str) -> None:
+    spec = BACKENDS[backend]
+    members = (*_ALL, "torch") if spec.torch else _ALL
+    # GPU machines take the lock's torch (the CUDA build); CPU ones the CPU build.
+    cpu_torch = spec.torch and backend not in GPU_BACKENDS
+    _install_locked(session, Environment(members, "xpuruntime", spec.extras, cpu_torch))
+    _run_backend_suites(session, backend)
 
 
 @nox.session(python=PYTHON, default=True)
@@ -300,6 +426,43 @@ def backends(session: nox.Session, backend: str) -> None:
 def gpu_backends(session: nox.Session, backend: str) -> None:
     """The GPU backend matrix (cuda, tensorrt): needs an NVIDIA GPU, never run by CI here."""
     _backend_session(session, backend)
+
+
+@nox.session(python=PYTHON, default=False)
+def public_models(session: nox.Session) -> None:
+    """Public models on the CPU and QNN EPs, slow HTP simulations included (minutes).
+
+    The CUDA variant runs in gpu_backends(backend='cuda').
+    """
+    _install_locked(session, Environment(_ALL, "xpuruntime", ("qnn",)))
+    _fetch_public_models(session)
+    session.run(
+        "pytest", PUBLIC_MODEL_TESTS, "-m", "not gpu and not tensorrt", *session.posargs,
+        env={"XPURUNTIME_PUBLIC_MODELS": str(PUBLIC_MODELS)},
+    )  # fmt: skip
+
+
+_PRINT_VERSIONS = (
+    "import sys, importlib.metadata as m; "
+    "print('newest:', ', '.join(f'{p} {m.version(p)}' for p in sys.argv[1:]))"
+)
+
+
+@nox.session(python=PYTHON, default=False)
+@nox.parametrize("backend", list(NEWEST))
+def newest(session: nox.Session, backend: str) -> None:
+    """The backend suites against the newest releases, resolved afresh (not from uv.lock).
+
+    What the next lock update will meet; not default, so upstream releases cannot break CI.
+    """
+    _ensure_wheels(session)
+    extras = ",".join(BACKENDS[backend].extras)
+    wheels = [str(_wheel(MEMBERS[m])) for m in _ALL if m != "xpuruntime"]
+    meta = f"{_wheel('xpuruntime')}[{extras}]"
+    # Members resolve each other from dist/ (they are not on any index).
+    session.install("--find-links", str(DIST), *wheels, meta, *TEST_DEPS)
+    session.run("python", "-c", _PRINT_VERSIONS, *NEWEST[backend], silent=False)
+    _run_backend_suites(session, backend)
 
 
 @nox.session(python=PYTHON, default=True)
@@ -319,7 +482,7 @@ def native(session: nox.Session) -> None:
 @nox.session(python=PYTHON, default=True)
 def docs(session: nox.Session) -> None:
     """Build the documentation site (mkdocs, API reference from docstrings) with --strict."""
-    session.install("mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26")
+    session.install("--no-deps", *_locked_group(session, "docs"))
     session.run(
         "mkdocs", "build", "--strict", "--site-dir", str(ROOT / "site"),
         env={"NO_MKDOCS_2_WARNING": "1"},

@@ -125,3 +125,29 @@ def build_model() -> object:
         return save(helper.make_model(graph, opset_imports=OPSET), path)
 
     return build
+
+
+def passthrough_model(
+    path: Path, inputs: list[tuple[str, int, list[int | str | None] | None]]
+) -> Path:
+    """One output per input (``<name>_out = Identity(<name>)``), inputs declared as given:
+    (name, onnx element type, dims or None for no shape). Dims: int, a name, or None."""
+    nodes = [helper.make_node("Identity", [n], [f"{n}_out"], name=f"id_{n}") for n, _, _ in inputs]
+    graph = helper.make_graph(
+        nodes,
+        "passthrough",
+        [helper.make_tensor_value_info(n, t, dims) for n, t, dims in inputs],
+        [helper.make_tensor_value_info(f"{n}_out", t, dims) for n, t, dims in inputs],
+    )
+    model = helper.make_model(graph, opset_imports=OPSET)
+    model.ir_version = 8
+    # Not onnx.checker: it requires declared shapes, and inputs without one are a case here
+    # (ONNX Runtime loads them and accepts any rank).
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture
+def make_passthrough() -> object:
+    """The passthrough-model builder (declared input shapes and types of one's choosing)."""
+    return passthrough_model

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from onnx import TensorProto
 
 from xpuruntime.inference import (
+    EngineRunError,
     InferenceSession,
     InputDtypeError,
     InputError,
     InputNameError,
     InputShapeError,
+    InputShapeWarning,
     InvalidModelError,
     ModelNotFoundError,
 )
@@ -76,11 +80,36 @@ def test_wrong_rank_and_dimension(sess: InferenceSession) -> None:
         sess.run({"input": np.ones((2, 5), np.float32)})
 
 
-def test_shared_symbolic_dimension_must_agree(two_inputs: Path) -> None:
+def test_shared_dimension_name_that_disagrees_is_a_warning(two_inputs: Path) -> None:
     sess = InferenceSession(two_inputs, device="cpu")
-    # ONNX Runtime would broadcast (1, 4) against (3, 4); the model says both are "batch".
-    with pytest.raises(InputShapeError, match="dimension 'batch' is 3 in input 'a' but 1"):
-        sess.run({"a": np.ones((3, 4), np.float32), "b": np.ones((1, 4), np.float32)})
+    # Both inputs are "batch", but ONNX Runtime broadcasts (1, 4) against (3, 4) and runs:
+    # xpuruntime runs it too, and says so once.
+    feeds = {"a": np.ones((3, 4), np.float32), "b": np.ones((1, 4), np.float32)}
+    with pytest.warns(InputShapeWarning, match=r"dimension 'batch' is 3 in input 'a' \(axis 0\)"):
+        out = sess.run(feeds)
+    np.testing.assert_array_equal(out["sum"], np.full((3, 4), 2, np.float32))
+    sess.run(feeds)  # warned once per name (pytest's filterwarnings=error would raise here)
+    assert any("dimension 'batch'" in note for note in sess.record().notes)
+
+
+def test_a_disagreement_the_engine_rejects_is_named_in_its_error(two_inputs: Path) -> None:
+    sess = InferenceSession(two_inputs, device="cpu")
+    feeds = {"a": np.ones((3, 4), np.float32), "b": np.ones((2, 4), np.float32)}
+    with pytest.warns(InputShapeWarning), pytest.raises(EngineRunError, match="'batch' is 3"):
+        sess.run(feeds)
+
+
+@pytest.mark.parametrize("placeholder", ["?", "", "unk__12", "-1"])
+def test_placeholder_dimension_names_name_nothing(
+    tmp_path: Path, make_passthrough: Any, placeholder: str
+) -> None:
+    # rapidocr's classifier declares x: [-1, 3, '?', '?'] and runs any height and width.
+    dims = [None, 3, placeholder, placeholder]
+    model = make_passthrough(tmp_path / "placeholders.onnx", [("x", TensorProto.FLOAT, dims)])
+    sess = InferenceSession(model, device="cpu")
+    out = sess.run({"x": np.ones((1, 3, 48, 192), np.float32)})
+    assert out["x_out"].shape == (1, 3, 48, 192)
+    assert not [n for n in sess.record().notes if "dimension" in n]
 
 
 def test_feeds_must_be_a_mapping(sess: InferenceSession) -> None:

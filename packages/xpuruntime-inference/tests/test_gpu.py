@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xpuruntime.inference import DeviceNotFoundError, InferenceSession
+from xpuruntime.inference import DeviceNotFoundError, HostShapeComputeError, InferenceSession
 from xpuruntime.inference.demo import DEMO_MODEL, demo_images
 from xpuruntime.policies import ExecutionPolicy, KernelPolicy
 
@@ -52,13 +52,65 @@ def test_cuda_settings_and_placement() -> None:
 
 @needs_cuda_ep
 def test_strict_cuda_places_every_node_on_cuda() -> None:
-    # Every op of the demo model has a CUDA kernel: under fallback="error" (ONNX Runtime's
-    # session.disable_cpu_ep_fallback) the session builds, with every node on CUDA.
+    # Every op of the demo model has a CUDA kernel: under fallback="error" the session
+    # builds, with every node on CUDA.
     sess = InferenceSession(
         DEMO_MODEL, device="cuda:0", exec_policy=ExecutionPolicy(fallback="error")
     )
     assert {n.chosen for n in sess.record().nodes} == {"CUDAExecutionProvider"}
     assert not sess.record().fallbacks
+
+
+def _shape_subgraph_model(path: Path) -> Path:
+    """x[batch, 4, 16] -> Relu -> Reshape(r, Concat(Unsqueeze(Gather(Shape(r), 0)), [-1]))."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    def const(name: str, value: object) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.array(value, np.int64), name)
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="relu"),
+            helper.make_node("Shape", ["r"], ["s"], name="shape"),
+            helper.make_node("Gather", ["s", "zero"], ["b"], name="gather", axis=0),
+            helper.make_node("Unsqueeze", ["b", "axes"], ["bu"], name="unsqueeze"),
+            helper.make_node("Concat", ["bu", "minus_one"], ["target"], name="concat", axis=0),
+            helper.make_node("Reshape", ["r", "target"], ["y"], name="reshape"),
+        ],
+        "shape_subgraph",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "flat"])],
+        [const("zero", 0), const("axes", [0]), const("minus_one", [-1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@needs_cuda_ep
+def test_strict_cuda_accepts_host_side_shape_computation(tmp_path: Path) -> None:
+    # ONNX Runtime keeps Gather/Unsqueeze/Concat of the Shape output on the CPU by design;
+    # raw ONNX Runtime runs this model, and so does fallback="error".
+    import onnxruntime as ort
+
+    model = _shape_subgraph_model(tmp_path / "shape.onnx")
+    sess = InferenceSession(model, device="cuda:0", exec_policy=ExecutionPolicy(fallback="error"))
+    x = np.random.default_rng(0).standard_normal((3, 4, 16)).astype(np.float32)
+    raw = ort.InferenceSession(str(model), providers=["CUDAExecutionProvider"])
+    np.testing.assert_array_equal(sess.run({"x": x})["y"], raw.run(None, {"x": x})[0])
+    record = sess.record()
+    assert not record.fallbacks
+    off = {n.name: n.placement for n in record.nodes if n.chosen != "CUDAExecutionProvider"}
+    assert off, "ONNX Runtime placed every node on CUDA: the CPU-preferred case did not happen"
+    assert set(off.values()) == {"host_shape"}, off
+    with pytest.raises(HostShapeComputeError, match="'gather' \\(Gather\\)"):
+        InferenceSession(
+            model,
+            device="cuda:0",
+            exec_policy=ExecutionPolicy(fallback="error", host_shape_compute="forbid"),
+        )
 
 
 def test_absent_device_index() -> None:

@@ -126,11 +126,18 @@ def test_torch_inputs(mlp: Path) -> None:
     assert sess.record().runs[0].copies == []
 
 
-def test_policy_shortcuts_must_agree(mlp: Path) -> None:
-    with pytest.raises(PolicyError, match="contradicts"):
-        InferenceSession(mlp, device="cpu", exec_policy=ExecutionPolicy(device="cuda"))
-    with pytest.raises(PolicyError, match="fp16=True contradicts"):
-        InferenceSession(mlp, fp16=True, exec_policy=ExecutionPolicy(precision="int8"))
+def test_keyword_arguments_override_the_policy_and_say_so(mlp: Path) -> None:
+    # Explicit arguments are the top layer: they win over the policy object, per setting.
+    sess = InferenceSession(
+        mlp,
+        device="cpu",
+        exec_policy=ExecutionPolicy(device="cuda", fallback="error", num_threads=1),
+        policy_arguments={"execution": {"fallback": "allow"}},
+    )
+    assert (sess.policy.device, sess.policy.fallback) == ("cpu", "allow")
+    sources = sess.record().policy_sources
+    assert sources["execution.device"] == sources["execution.fallback"] == "argument"
+    assert sources["execution.num_threads"] == "policy"
 
 
 def test_engine_options_are_applied_and_recorded(mlp: Path) -> None:

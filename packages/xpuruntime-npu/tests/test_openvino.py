@@ -107,18 +107,48 @@ def test_unknown_engine_option_is_a_policy_error(mlp, record):
         _session(mlp, record, engine_options={"openvino": {"cache_mode": "x"}})
 
 
-def test_precision_the_cpu_cannot_run(mlp, record):
-    with pytest.raises(FallbackError, match="cannot run fp16"):
-        _session(mlp, record, precision="fp16", fallback="error")
+# The documented substitution rule (docs/packages/npu.md), written out here independently of
+# the engine: an unsupported precision runs as the first of these the device lists.
+RULE = {"fp16": ("bf16", "fp32"), "bf16": ("fp16", "fp32"), "tf32": ("fp32", "fp16", "bf16")}
+CAPABILITY = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16"}
 
 
-def test_precision_fallback_warns_and_records(mlp, record, feeds_for, ort_reference, close):
+def _cpu_capabilities() -> list[str]:
+    import openvino as ov
+
+    return [str(c) for c in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")]
+
+
+def _compiled_hint(session) -> str:
+    hint = session._compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
+    return {"f32": "fp32", "f16": "fp16", "bf16": "bf16"}[hint]
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])
+def test_precision_follows_the_cpu_capabilities(
+    mlp, record, feeds_for, ort_reference, close, precision
+):
+    """On any x86 CPU: a precision the plugin lists runs as asked; another one runs as the
+    rule's first listed substitute, which the compiled model reports and the record states."""
+    caps = _cpu_capabilities()
+    if CAPABILITY.get(precision) in caps:
+        session = _session(mlp, record, precision=precision, fallback="error")
+        assert record.precision.chosen == precision == _compiled_hint(session)
+        assert record.fallbacks == []
+        return
+    expected = next(p for p in RULE[precision] if CAPABILITY[p] in caps)
+    with pytest.raises(FallbackError, match=f"cannot run {precision}"):
+        _session(mlp, ExecutionRecord(kind="inference"), precision=precision, fallback="error")
     with pytest.warns(FallbackWarning, match="precision"):
-        session = _session(mlp, record, precision="fp16", fallback="warn")
-    assert record.precision.requested == "fp16"
-    assert record.precision.chosen == "fp32"
+        session = _session(mlp, record, precision=precision, fallback="warn")
+    assert record.precision.requested == precision
+    assert record.precision.chosen == expected == _compiled_hint(session)
+    assert "substitution order" in record.precision.reason
+    (fallback,) = record.fallbacks
+    assert (fallback.what, fallback.chosen, fallback.mode) == ("precision", expected, "warn")
     feeds = feeds_for(mlp)
-    close(session.run(feeds), ort_reference(mlp, feeds), rel=FP32_REL)
+    rel = FP32_REL if expected == "fp32" else 2e-2  # 16-bit formats: 8-11 bit mantissas
+    close(session.run(feeds), ort_reference(mlp, feeds), rel=rel)
 
 
 @pytest.mark.usefixtures("npu_absent")

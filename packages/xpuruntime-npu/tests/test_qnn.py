@@ -21,7 +21,7 @@ from xpuruntime.inference.errors import DeviceNotFoundError
 from xpuruntime.npu.engines.qnn import QNNEngine
 from xpuruntime.npu.errors import QuantizedModelRequiredError, StaticShapeRequiredError
 from xpuruntime.policies.errors import PolicyError
-from xpuruntime.runtime.errors import FallbackError
+from xpuruntime.runtime.errors import FallbackError, UnsupportedOperationError
 from xpuruntime.runtime.record import ExecutionRecord, FallbackWarning
 
 QNN_EP = "QNNExecutionProvider"
@@ -146,12 +146,52 @@ def test_precision_htp_cannot_run(mlp, record):
         _session(mlp, ExecutionRecord(kind="inference"), precision="fp16", fallback="error")
 
 
-def test_ep_start_failure_is_not_a_silent_cpu_run(mlp, record):
-    # bf16 with a SoC below 88 makes the QNN EP refuse to start; ONNX Runtime's Python
-    # session would quietly retry on its CPU EP. Here the retry is a recorded fallback.
-    options = {"qnn": {"htp_bf16_enable": "1"}}
-    with pytest.raises(FallbackError, match="QNN EP failed to start"):
-        _session(mlp, record, engine_options=options, fallback="error")
+def _raw_ort_with_qnn_options(model, options):
+    """What raw ONNX Runtime does with these QNN EP options: the session's providers, or the
+    exception it raises (onnxruntime <= 1.31 retries on the CPU EP; later releases raise)."""
+    import contextlib
+    import io
+    import warnings
+
+    import onnxruntime as ort
+
+    from xpuruntime.npu import qnn_backend
+
+    device = next(d for d in qnn_backend.devices() if d.name == "cpu")
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    so.add_provider_for_devices(
+        [device.ep_device], {"backend_path": qnn_backend.backend_library("htp"), **options}
+    )
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ort.InferenceSession(str(model), sess_options=so).get_providers()
+    except Exception as exc:
+        return exc
+
+
+@pytest.mark.parametrize("mode", ["error", "allow"])
+def test_ep_start_failure_is_not_a_silent_cpu_run(mlp, record, mode):
+    # bf16 without a SoC >= 88 makes the QNN EP refuse to start. Raw ONNX Runtime either
+    # retries quietly on its CPU EP (<= 1.31: here a recorded fallback) or raises (here a
+    # typed error); what it does on the installed release decides what is expected.
+    options = {"htp_bf16_enable": "1"}
+    raw = _raw_ort_with_qnn_options(mlp, options)
+    if isinstance(raw, Exception):
+        with pytest.raises(UnsupportedOperationError, match="QNN EP failed to start"):
+            _session(mlp, record, engine_options={"qnn": options}, fallback=mode)
+        return
+    assert QNN_EP not in raw  # the silent retry happened in raw ONNX Runtime
+    if mode == "error":
+        with pytest.raises(FallbackError, match="QNN EP failed to start"):
+            _session(mlp, record, engine_options={"qnn": options}, fallback=mode)
+        return
+    _session(mlp, record, engine_options={"qnn": options}, fallback=mode)
+    fallback = record.fallbacks[0]
+    assert (fallback.what, fallback.chosen) == ("execution provider", "CPUExecutionProvider")
+    assert "soc_model" in fallback.reason
+    assert all(n.chosen == "CPUExecutionProvider" for n in record.nodes)
 
 
 def test_backend_not_shipped_in_the_wheel(mlp, record):

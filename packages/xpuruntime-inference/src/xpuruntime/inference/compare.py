@@ -166,7 +166,9 @@ def _open(model: Path, target: Target, policy: ExecutionPolicy) -> InferenceSess
             model,
             device=target.device,
             engine=target.engine,
-            exec_policy=policy.replace(fallback="error"),
+            exec_policy=policy,
+            # An argument, so no XPURUNTIME_POLICY_FALLBACK can loosen it.
+            policy_arguments={"execution": {"fallback": "error"}},
         )
     except (XpuRuntimeError, ImportError) as exc:
         return f"{type(exc).__name__}: {exc}"

@@ -12,15 +12,18 @@ import difflib
 from collections.abc import Iterable
 
 from xpuruntime.policies.errors import XpuRuntimeError
+from xpuruntime.runtime.errors import FallbackError
 
 __all__ = [
     "CacheError",
     "DeviceNotFoundError",
     "EngineRunError",
+    "HostShapeComputeError",
     "InputDtypeError",
     "InputError",
     "InputNameError",
     "InputShapeError",
+    "InputShapeWarning",
     "InvalidModelError",
     "ModelNotFoundError",
     "ModelTypeError",
@@ -77,3 +80,13 @@ class ModelTypeError(XpuRuntimeError, TypeError):
 
 class SessionClosedError(XpuRuntimeError, RuntimeError):
     """The session was closed (``InferenceSession.close()``) and cannot run any more."""
+
+
+class HostShapeComputeError(FallbackError):
+    """``ExecutionPolicy(host_shape_compute="forbid")`` and the engine placed shape computation
+    on the host; the message names the nodes."""
+
+
+class InputShapeWarning(UserWarning):
+    """Inputs give one named dimension two sizes in a call. Engines treat dimension names as
+    hints and run such feeds, so this is a warning (also noted in the record), not an error."""

@@ -5,8 +5,9 @@ external weights), independently of the engine that runs the model."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from xpuruntime.inference.errors import InvalidModelError
 from xpuruntime.runtime.engines import TensorInfo
@@ -69,6 +70,9 @@ class ModelInfo:
     node_types: dict[str, str]
     op_types: frozenset[str]
     precision: str
+    #: The GraphProto with inferred value types (placement classification reads it); held
+    #: only while a session is created.
+    graph: Any = field(default=None, repr=False, compare=False)
 
     def tensor_infos(self) -> list[TensorInfo]:
         """The graph inputs as TensorInfo (name, numpy dtype name, shape)."""
@@ -115,7 +119,9 @@ def read_model_info(path: Path) -> ModelInfo:
         node.name: value_types.get(node.output[0], "") for node in graph.node if node.output
     }
     op_types = frozenset(node.op_type for node in graph.node)
-    return ModelInfo(inputs, input_types, node_types, op_types, _model_precision(graph, op_types))
+    return ModelInfo(
+        inputs, input_types, node_types, op_types, _model_precision(graph, op_types), graph
+    )
 
 
 def _dim(d: object) -> int | str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import statistics
+from collections import Counter
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
@@ -66,21 +67,38 @@ def _settings(record: ExecutionRecord) -> Table:
 
 
 def _nodes(record: ExecutionRecord) -> Table:
-    table = Table(title=f"Nodes ({len(record.nodes)})", title_justify="left")
-    for column in ("node", "op", "requested", "chosen", "precision"):
+    """Nodes, with the columns that say something: one requested device goes in the title,
+    placement and reason appear when some node ran elsewhere."""
+    nodes = record.nodes
+    counts = Counter(n.placement for n in nodes if n.placement is not None)
+    summary = ", ".join(
+        f"{counts[p]} {p}" for p in ("requested", "host_shape", "fallback") if counts[p]
+    )
+    requested = {n.requested for n in nodes}
+    title = f"Nodes ({len(nodes)}{': ' + summary if summary else ''})"
+    if len(requested) == 1:
+        title += f", requested on {next(iter(requested))}"
+    show_placement = any(n.placement not in (None, "requested") or n.reason for n in nodes)
+    columns = ["node", "op"]
+    columns += ["requested"] if len(requested) > 1 else []
+    columns += ["chosen", "precision"]
+    columns += ["placement", "why"] if show_placement else []
+    table = Table(title=title, title_justify="left")
+    for column in columns:
         table.add_column(column, overflow="fold")
-    for n in record.nodes:
-        moved = n.requested is not None and n.chosen != n.requested
+    for n in nodes:
         chosen = _fmt(n.chosen)
-        if moved:
+        if n.requested is not None and n.chosen != n.requested:
             chosen.stylize("bold yellow")
-        table.add_row(
-            _fmt(n.name or "<unnamed>"),
-            _fmt(n.op_type),
-            _fmt(n.requested),
-            chosen,
-            _fmt(n.precision),
-        )
+        cells = [_fmt(n.name or "<unnamed>"), _fmt(n.op_type)]
+        cells += [_fmt(n.requested)] if len(requested) > 1 else []
+        cells += [chosen, _fmt(n.precision)]
+        if show_placement:
+            placement = _fmt(n.placement)
+            if n.placement == "fallback":
+                placement.stylize("bold yellow")
+            cells += [placement, _fmt(n.reason)]
+        table.add_row(*cells)
     return table
 
 
@@ -141,9 +159,12 @@ def renderables(record: ExecutionRecord) -> list[RenderableType]:
     if record.runs:
         parts.append(_runs(record))
     for kind, entry in record.cache.items():
-        parts.append(
-            Text(f"cache {kind}: {entry.get('explanation', '')} ({entry.get('path', '')})")
-        )
+        if entry.get("enabled") is False:
+            parts.append(Text(f"cache {kind}: off ({entry.get('reason', '')})"))
+        else:
+            parts.append(
+                Text(f"cache {kind}: {entry.get('explanation', '')} ({entry.get('path', '')})")
+            )
     parts.extend(Text(f"note: {n}") for n in record.notes)
     return parts
 

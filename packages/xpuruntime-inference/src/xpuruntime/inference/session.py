@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,14 +17,16 @@ from xpuruntime.inference.errors import (
     EngineRunError,
     InputError,
     InputNameError,
+    InputShapeWarning,
     SessionClosedError,
     did_you_mean,
 )
 from xpuruntime.inference.model_source import open_model
 from xpuruntime.inference.selection import availability_of, choose_engine, supports
 from xpuruntime.inference.validation import FeedValidator, describe_tensor
-from xpuruntime.policies import ExecutionPolicy, LayeredPolicy
+from xpuruntime.policies import ExecutionPolicy, LayeredPolicy, PolicyDocument, layered_policy
 from xpuruntime.policies.errors import PolicyError, XpuRuntimeError
+from xpuruntime.policies.layering import ARGUMENT_LAYER, merge
 from xpuruntime.runtime.record import Choice, ExecutionRecord, RunRecord
 
 if TYPE_CHECKING:
@@ -34,45 +37,47 @@ if TYPE_CHECKING:
 
 _clock = time.perf_counter
 
+#: What ``exec_policy`` may be: a policy object or document, the path of a policy file, None
+#: (then ``$XPURUNTIME_POLICY_FILE``, else the defaults), or a LayeredPolicy whose layers a
+#: caller (the CLI) has already applied.
+PolicySource = ExecutionPolicy | PolicyDocument | LayeredPolicy | str | os.PathLike[str] | None
+
 #: How many runs the record keeps (the most recent); the count of all runs is kept too.
 RUN_HISTORY = 1000
 
 
-def _merge_policy(
-    exec_policy: ExecutionPolicy | None,
-    *,
-    device: str,
-    kernel_policy: KernelPolicy | None,
-    fp16: bool,
-) -> ExecutionPolicy:
-    """One ExecutionPolicy from the policy object and the keyword shortcuts.
-
-    A shortcut may fill what the policy leaves at its default; contradicting it is an error
-    (silently preferring one of the two would hide a mistake).
-    """
-    policy = exec_policy if exec_policy is not None else ExecutionPolicy()
-    if fp16:
-        if policy.precision not in ("fp32", "fp16"):
-            raise PolicyError(
-                f"fp16=True contradicts ExecutionPolicy(precision={policy.precision!r}); "
-                f"pass one of them"
-            )
-        policy = policy.replace(precision="fp16")
-    if kernel_policy is not None:
-        if policy.kernel_policy is not None and policy.kernel_policy != kernel_policy:
-            raise PolicyError(
-                "kernel_policy= and ExecutionPolicy(kernel_policy=...) name different kernel "
-                "policies; pass one of them"
-            )
-        policy = policy.replace(kernel_policy=kernel_policy)
+def _arguments(
+    *, device: str, fp16: bool, kernel_policy: KernelPolicy | None, extra: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The keyword shortcuts as the arguments layer (a partial policy document)."""
+    execution: dict[str, Any] = {}
     if device != "auto":
-        if policy.device not in ("auto", device):
-            raise PolicyError(
-                f"device={device!r} contradicts ExecutionPolicy(device={policy.device!r}); "
-                f"pass one of them"
-            )
-        policy = policy.replace(device=device)
-    return policy
+        execution["device"] = device
+    if fp16:
+        execution["precision"] = "fp16"
+    arguments: dict[str, Any] = {"execution": execution} if execution else {}
+    if kernel_policy is not None:
+        arguments["kernel"] = kernel_policy.to_section()
+    return merge(arguments, extra) if extra else arguments
+
+
+def _layered(
+    exec_policy: PolicySource, arguments: Mapping[str, Any]
+) -> tuple[ExecutionPolicy, dict[str, str]]:
+    """defaults < ``exec_policy`` < ``XPURUNTIME_POLICY_*`` < ``arguments``, and who set what.
+
+    A LayeredPolicy comes with its layers applied (the environment included): only the
+    arguments go on top, and its own sources are kept.
+    """
+    if isinstance(exec_policy, LayeredPolicy):
+        if not arguments:
+            return exec_policy.policy, dict(exec_policy.sources)
+        on_top = layered_policy(exec_policy.policy, arguments=arguments, environ={})
+        argued = {k: v for k, v in on_top.sources.items() if v == ARGUMENT_LAYER}
+        return on_top.policy, {**exec_policy.sources, **argued}
+    base = Path(exec_policy) if isinstance(exec_policy, os.PathLike) else exec_policy
+    layered = layered_policy(base, arguments=arguments, environ=os.environ)
+    return layered.policy, dict(layered.sources)
 
 
 class InferenceSession:
@@ -87,6 +92,14 @@ class InferenceSession:
     device). ``device``: "auto", "cpu", "cuda", "cuda:N", "npu". ``fp16=True`` is
     ``ExecutionPolicy(precision="fp16")``. Extra keyword arguments are engine options,
     recorded under ``ExecutionPolicy.engine_options[<engine>]``.
+
+    The policy comes in layers, later ones winning per setting: the defaults;
+    ``exec_policy`` (an ExecutionPolicy, a PolicyDocument or a policy file path; None reads
+    ``$XPURUNTIME_POLICY_FILE``); the ``XPURUNTIME_POLICY_*`` environment variables (an unknown
+    one is a PolicyError); then the explicit arguments: ``device``, ``fp16``,
+    ``kernel_policy``, engine options and ``policy_arguments`` (a partial policy document,
+    ``{"execution": {"fallback": "error"}}``: what a command line's flags become). The record
+    says which layer set each setting (``ExecutionRecord.policy_sources``).
     """
 
     def __init__(
@@ -95,9 +108,11 @@ class InferenceSession:
         device: str = "auto",
         engine: str = "auto",
         kernel_policy: KernelPolicy | None = None,
-        exec_policy: ExecutionPolicy | LayeredPolicy | None = None,
+        exec_policy: PolicySource = None,
         fp16: bool = False,
         backend: str | None = None,
+        *,
+        policy_arguments: Mapping[str, Any] | None = None,
         **engine_options: Any,
     ) -> None:
         if backend is not None:
@@ -107,11 +122,10 @@ class InferenceSession:
                     f"backend is an alias of engine, pass one"
                 )
             engine = backend
-        # A LayeredPolicy is final (its layers already applied); its sources go to the record.
-        sources: dict[str, str] = {}
-        if isinstance(exec_policy, LayeredPolicy):
-            sources, exec_policy = dict(exec_policy.sources), exec_policy.policy
-        policy = _merge_policy(exec_policy, device=device, kernel_policy=kernel_policy, fp16=fp16)
+        arguments = _arguments(
+            device=device, fp16=fp16, kernel_policy=kernel_policy, extra=policy_arguments
+        )
+        policy, sources = _layered(exec_policy, arguments)
         self._model_source = source = open_model(model)
         path = source.path
         spec, device_reason = resolve_device(policy.device)
@@ -128,10 +142,9 @@ class InferenceSession:
                 spec = CPU
                 chosen = choose_engine(engine, spec, policy.engines)
         if engine_options:
-            merged = {**policy.engine_options.get(chosen.engine.name, {}), **engine_options}
-            policy = policy.replace(
-                engine_options={**policy.engine_options, chosen.engine.name: merged}
-            )
+            # Keyword engine options belong to the engine just chosen: one more argument.
+            options = {"execution": {"engine_options": {chosen.engine.name: engine_options}}}
+            policy, sources = _layered(exec_policy, merge(arguments, options))
         from xpuruntime.runtime import profiler
         from xpuruntime.runtime.fingerprint import environment_fingerprint, fingerprint_hash
 
@@ -159,10 +172,11 @@ class InferenceSession:
         self._engine_name = chosen.engine.name
         self._validator = FeedValidator(self._engine_session.inputs)
         # Engines that check feeds themselves are checked only after a failure (to explain
-        # it), except for what no engine checks: dimensions shared by name across inputs.
-        self._check_feeds = (
-            not self._engine_session.checks_inputs or self._validator.has_shared_dimensions
-        )
+        # it). Named dimensions that disagree are warned about, never rejected: no engine
+        # enforces dimension names.
+        self._check_feeds = not self._engine_session.checks_inputs
+        self._shared_dimensions = self._validator.has_shared_dimensions
+        self._warned_dimensions: set[str] = set()
         self._output_names = tuple(o.name for o in self._engine_session.outputs)
         self._runs: deque[tuple[int, float, RunStats]] = deque(maxlen=RUN_HISTORY)
         self._run_count = 0
@@ -245,6 +259,8 @@ class InferenceSession:
         """
         if self._check_feeds or output_names is not None or type(feeds) is not dict:
             self._check_call(feeds, output_names)
+        if self._shared_dimensions:
+            self._warn_dimensions(feeds)
         engine_session = self._engine_session
         start = _clock()
         try:
@@ -264,9 +280,11 @@ class InferenceSession:
                 ) from exc
             if not self._check_feeds:
                 self._validator.check(feeds)  # a bad feed: raise the typed error that says so
+            hints = self._validator.disagreements(feeds) if self._shared_dimensions else {}
             raise EngineRunError(
                 f"{self._engine_name} failed to run {self._record.model}: "
                 f"{type(exc).__name__}: {exc}"
+                + "".join(f". Perhaps because the {h}" for h in hints.values())
             ) from exc
         elapsed = _clock() - start
         # RunRecords are built in record(): a tuple here keeps the per-run cost small.
@@ -288,6 +306,15 @@ class InferenceSession:
             self._validator.check(feeds)
         if output_names is not None:
             self._check_output_names(output_names)
+
+    def _warn_dimensions(self, feeds: Mapping[str, Any]) -> None:
+        """Warn (once per dimension name) and note in the record where a named dimension
+        takes two sizes in one call."""
+        for symbol, message in self._validator.disagreements(feeds).items():
+            if symbol not in self._warned_dimensions:
+                self._warned_dimensions.add(symbol)
+                self._record.notes.append(f"inputs: {message}")
+                warnings.warn(message, InputShapeWarning, stacklevel=3)
 
     def _check_output_names(self, output_names: Sequence[str]) -> None:
         if isinstance(output_names, str):

@@ -4,10 +4,18 @@ Engines report mismatches deep inside their own code with messages that name int
 buffers; this check names the input, the expected and the received dtype/shape, and lists
 the model's inputs. It runs on every call, so the expected values are precomputed and the
 common case (right names, dtypes and shapes) costs a few comparisons per input.
+
+It is never stricter than the engine: it rejects what ONNX Runtime rejects (unknown or missing
+names, element types, ranks, fixed dimensions) and nothing else. Symbolic dimension names are
+hints, not constraints, for every engine: exporters write placeholders (``?``, an empty name,
+``unk__N``, ``-1``) and reuse names for unrelated axes (``[-1, 3, '?', '?']`` for height and
+width). Placeholders name nothing; a real name that takes two sizes in one call is reported
+by :meth:`FeedValidator.disagreements`, as a warning, never as an error.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,6 +29,19 @@ from xpuruntime.inference.errors import (
 )
 from xpuruntime.inference.tensors import dtype_name, shape_of
 from xpuruntime.runtime.engines import TensorInfo
+
+#: Dimension names that name nothing: what exporters write for "unknown".
+_PLACEHOLDER = re.compile(r"^(|\?|-1|None|unk__\d+)$")
+
+
+def is_placeholder(symbol: str) -> bool:
+    """Whether a symbolic dimension name is an exporter's placeholder for "unknown"."""
+    return _PLACEHOLDER.match(symbol) is not None
+
+
+def _shape(x: Any) -> tuple[int, ...]:
+    """A feed's shape: tensors' own, or numpy's reading of a (nested) list."""
+    return shape_of(x) if hasattr(x, "shape") else tuple(np.shape(x))
 
 
 def describe_tensor(info: TensorInfo) -> str:
@@ -41,7 +62,9 @@ class _Expected:
             self.numpy_dtype = None
         self.rank = len(info.shape)
         self.fixed = tuple((i, d) for i, d in enumerate(info.shape) if isinstance(d, int))
-        self.symbols = tuple((i, d) for i, d in enumerate(info.shape) if isinstance(d, str))
+        self.symbols = tuple(
+            (i, d) for i, d in enumerate(info.shape) if isinstance(d, str) and not is_placeholder(d)
+        )
 
 
 class FeedValidator:
@@ -50,7 +73,7 @@ class FeedValidator:
     def __init__(self, inputs: Sequence[TensorInfo]) -> None:
         self._expected = {info.name: _Expected(info) for info in inputs}
         self._names = frozenset(self._expected)
-        # Symbols that appear in more than one input must agree ("batch" in ids and mask).
+        # Names that appear at more than one axis ("batch" in ids and mask) should agree.
         seen: dict[str, int] = {}
         for exp in self._expected.values():
             for _, symbol in exp.symbols:
@@ -59,16 +82,17 @@ class FeedValidator:
 
     @property
     def has_shared_dimensions(self) -> bool:
-        """Whether some symbolic dimension appears in more than one input."""
+        """Whether some named dimension appears at more than one axis."""
         return bool(self._shared_symbols)
 
     def model_inputs(self) -> str:
         return "; ".join(describe_tensor(e.info) for e in self._expected.values())
 
     def check(self, feeds: Mapping[str, Any]) -> None:
+        """Raise the typed error for what the engine rejects: names, dtypes, ranks, fixed
+        dimensions."""
         if feeds.keys() != self._names:
             self._raise_names(feeds)
-        bound: dict[str, tuple[str, int]] = {}
         for name, x in feeds.items():
             exp = self._expected[name]
             if type(x) is np.ndarray and exp.numpy_dtype is not None:
@@ -80,7 +104,7 @@ class FeedValidator:
                 got = dtype_name(x)
                 if got != exp.dtype:
                     self._raise_dtype(exp, got)
-                shape = shape_of(x)
+                shape = _shape(x)
             if len(shape) != exp.rank:
                 raise InputShapeError(
                     f"input {name!r} expects rank {exp.rank} ({describe_tensor(exp.info)}), "
@@ -92,8 +116,34 @@ class FeedValidator:
                         f"input {name!r} expects dimension {axis} to be {dim} "
                         f"({describe_tensor(exp.info)}), got shape {tuple(shape)}"
                     )
-            if self._shared_symbols:
-                self._check_symbols(exp, shape, bound)
+
+    def disagreements(self, feeds: Mapping[str, Any]) -> dict[str, str]:
+        """Named dimensions that take two sizes in these feeds: name -> message.
+
+        No engine enforces dimension names, so the caller warns; feeds the other checks reject
+        are left to them (and to the engine).
+        """
+        bound: dict[str, tuple[str, int, int]] = {}
+        found: dict[str, str] = {}
+        for name, x in feeds.items():
+            exp = self._expected.get(name)
+            if exp is None or not exp.symbols:
+                continue
+            shape = x.shape if type(x) is np.ndarray else _shape(x)
+            if len(shape) != exp.rank:
+                continue
+            for axis, symbol in exp.symbols:
+                if symbol not in self._shared_symbols or symbol in found:
+                    continue
+                first = bound.setdefault(symbol, (name, axis, int(shape[axis])))
+                if first[2] != shape[axis]:
+                    found[symbol] = (
+                        f"dimension {symbol!r} is {first[2]} in input {first[0]!r} (axis "
+                        f"{first[1]}) but {shape[axis]} in input {name!r} (axis {axis}): the "
+                        f"model names these axes alike, and the engine runs them anyway "
+                        f"(dimension names are hints); check that the feeds are the intended ones"
+                    )
+        return found
 
     @staticmethod
     def _raise_dtype(exp: _Expected, got: str) -> None:
@@ -101,20 +151,6 @@ class FeedValidator:
             f"input {exp.info.name!r} expects dtype {exp.dtype}, got {got}; nothing is cast "
             f"implicitly: convert it first (for numpy: x.astype({exp.dtype!r}))"
         )
-
-    def _check_symbols(
-        self, exp: _Expected, shape: Sequence[int], bound: dict[str, tuple[str, int]]
-    ) -> None:
-        for axis, symbol in exp.symbols:
-            if symbol not in self._shared_symbols:
-                continue
-            first = bound.setdefault(symbol, (exp.info.name, int(shape[axis])))
-            if first[1] != shape[axis]:
-                raise InputShapeError(
-                    f"dimension {symbol!r} is {first[1]} in input {first[0]!r} but "
-                    f"{shape[axis]} in input {exp.info.name!r}; inputs sharing a dimension "
-                    f"name must agree"
-                )
 
     def _raise_names(self, feeds: Mapping[str, Any]) -> None:
         unknown = [n for n in feeds if n not in self._names]

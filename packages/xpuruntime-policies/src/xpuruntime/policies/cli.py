@@ -206,7 +206,9 @@ def _kernel_line(row: _KernelRow, unpublished: dict[str, str]) -> str:
             for engine, devices in table.items()
         )
 
-    line = f"  {row.name:<12} devices={','.join(row.devices):<9} engines={engines(row.engines) or '-'}"
+    line = (
+        f"  {row.name:<12} devices={','.join(row.devices):<9} engines={engines(row.engines) or '-'}"
+    )
     if row.prefer_only:
         line += f"  prefer-only={engines(row.prefer_only)}"
     if row.aliases:

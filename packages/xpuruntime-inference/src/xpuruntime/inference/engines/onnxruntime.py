@@ -18,14 +18,15 @@ from xpuruntime.inference.engines.ort_options import (
     free_dimension_overrides,
 )
 from xpuruntime.inference.engines.ort_placement import (
+    RECORD_ASSIGNMENT,
     assigned_nodes,
-    name_nodes,
-    record_placement,
+    record_assignment,
 )
 from xpuruntime.inference.engines.ort_session import OnnxRuntimeSession
 from xpuruntime.inference.errors import InvalidModelError
 from xpuruntime.inference.kernel_mapping import apply_kernel_policy
 from xpuruntime.inference.model_info import ModelInfo, read_model_info
+from xpuruntime.inference.placement import name_nodes
 from xpuruntime.inference.precision import apply_precision
 from xpuruntime.inference.settings import add_setting
 from xpuruntime.runtime.engines import Availability, Engine
@@ -143,8 +144,13 @@ class OnnxRuntimeEngine(Engine):
                 f"onnxruntime {ort.__version__} cannot report node placement (needs >= 1.22)",
             )
         else:
-            record_placement(
-                record, nodes, requested=provider, precision=precision, mode=exec_policy.fallback
+            record_assignment(
+                record,
+                nodes,
+                requested=provider,
+                policy=exec_policy,
+                graph=info.graph,
+                precision=precision,
             )
             _fill_node_precision(record, info)
         return OnnxRuntimeSession(
@@ -302,7 +308,7 @@ def _strict_refusal(ort: Any, path: Path, config: Any, provider: str, message: s
     """Name the nodes ONNX Runtime would have put on the CPU (a placement-only session)."""
     probe = ort.SessionOptions()
     probe.graph_optimization_level = config.options.graph_optimization_level
-    probe.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    probe.add_session_config_entry(RECORD_ASSIGNMENT, "1")
     try:
         session = ort.InferenceSession(
             str(path),
@@ -310,7 +316,7 @@ def _strict_refusal(ort: Any, path: Path, config: Any, provider: str, message: s
             providers=[p for p, _ in config.providers],
             provider_options=[o for _, o in config.providers],
         )
-        nodes = [n for n in assigned_nodes(session) or [] if n.provider != provider]
+        nodes = [n for n in assigned_nodes(session) or [] if n.device != provider]
         which = name_nodes(nodes) if nodes else "(ONNX Runtime did not say which)"
     except Exception as exc:  # the probe is best effort: the refusal is raised regardless
         which = f"(could not list them: {exc})"

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from xpuruntime.inference.engines.ort_placement import RECORD_ASSIGNMENT, can_report_assignment
 from xpuruntime.inference.settings import add_setting
 from xpuruntime.policies.errors import PolicyError
 from xpuruntime.runtime.record import ExecutionRecord
@@ -207,9 +208,18 @@ def build_config(
         so.profile_file_prefix = f"{profile_dir}/onnxruntime"
         add_setting(record, "profiling", True, "enable_profiling=True", True)
 
-    # Node placement: recorded always, enforced by ONNX Runtime itself under fallback="error".
-    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-    strict_placement = policy.fallback == "error" and provider != CPU_EP
+    # Node placement: recorded always and checked from the assignment (ort_placement), which
+    # tells host-side shape computation from fallbacks. ONNX Runtime's own
+    # session.disable_cpu_ep_fallback cannot tell them apart (it refuses the CPU-preferred
+    # shape nodes every GPU model has), so it is used only where ONNX Runtime cannot report
+    # the assignment and the policy forbids both kinds anyway.
+    so.add_session_config_entry(RECORD_ASSIGNMENT, "1")
+    strict_placement = (
+        provider != CPU_EP
+        and policy.fallback == "error"
+        and policy.host_shape_compute == "forbid"
+        and not can_report_assignment(ort)
+    )
     if strict_placement:
         so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         add_setting(
@@ -218,7 +228,8 @@ def build_config(
             "error",
             "session.disable_cpu_ep_fallback=1",
             True,
-            "ONNX Runtime refuses to place any node on the CPU execution provider",
+            f"onnxruntime {ort.__version__} reports no node placement: ONNX Runtime refuses "
+            f"to place any node on the CPU execution provider",
         )
 
     if on_cuda:

@@ -60,6 +60,13 @@ def _ort_version() -> str:
     return str(ort.__version__)
 
 
+def _numpy_dtype(name: str) -> np.dtype[Any] | None:
+    try:
+        return np.dtype(name)
+    except TypeError:  # bfloat16, float8: no numpy dtype
+        return None
+
+
 def _tensor_info(arg: Any) -> TensorInfo:
     shape = tuple(d if isinstance(d, (int, str)) else None for d in arg.shape)
     return TensorInfo(arg.name, onnx_type_to_numpy_name(arg.type), shape)
@@ -97,6 +104,8 @@ class OnnxRuntimeSession(EngineSession):
         self._outputs = tuple(_tensor_info(a) for a in session.get_outputs())
         self._output_names = [o.name for o in self._outputs]
         self._input_count = len(self._inputs)
+        # ONNX Runtime converts a (nested) list feed to the input's element type, as numpy does.
+        self._list_dtypes = {i.name: _numpy_dtype(i.dtype) for i in self._inputs}
         self._stats = NO_TRANSFERS
         # Profiles live in a private temporary folder: removed on close() or garbage collection.
         self._release = weakref.finalize(self, _end_profiling, session, profile_dir)
@@ -161,6 +170,9 @@ class OnnxRuntimeSession(EngineSession):
         host: dict[str, np.ndarray] = {}
         fetched = fetched_bytes = 0
         for name, x in feeds.items():
+            if isinstance(x, list):
+                host[name] = np.asarray(x, dtype=self._list_dtypes.get(name))
+                continue
             array, copied = as_host_array(x)
             host[name] = array
             if copied:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from xpuruntime.inference.cache import CacheKey, CacheLookup, ContentCache, file_digest
+from xpuruntime.inference.placement import PlacedNode, classify, record_placement
 from xpuruntime.npu import openvino_backend
 from xpuruntime.npu.engines.claim import claim_session
 from xpuruntime.npu.openvino_devices import OpenVINOTarget, resolve_target, xrt_name
@@ -22,7 +23,7 @@ from xpuruntime.npu.options import engine_options
 from xpuruntime.npu.quantized import require_quantized_model
 from xpuruntime.npu.shapes import fixed_input_shapes
 from xpuruntime.runtime.engines import Availability, Engine, EngineSession, TensorInfo
-from xpuruntime.runtime.record import Choice, NodeRecord, SettingRecord
+from xpuruntime.runtime.record import Choice, SettingRecord
 
 if TYPE_CHECKING:
     import openvino
@@ -34,6 +35,20 @@ if TYPE_CHECKING:
 # tf32 and fp8 have no OpenVINO counterpart; int8 comes from a quantized model, not a hint.
 _PRECISION_HINTS = {"fp32": ("FP32", "f32"), "fp16": ("FP16", "f16"), "bf16": ("BF16", "bf16")}
 _HINT_TO_PRECISION = {hint: name for name, (_, hint) in _PRECISION_HINTS.items()}
+#: The substitution rule for a float precision a device does not list in its
+#: OPTIMIZATION_CAPABILITIES: the first of these it lists runs instead, set explicitly as
+#: INFERENCE_PRECISION_HINT and read back after compiling. The other 16-bit format keeps the
+#: width (memory, bandwidth) the policy chose; fp32 is the last resort. A device listing none
+#: of them runs its own default (its INFERENCE_PRECISION_HINT). OpenVINO's CPU plugin does
+#: the same on its own (an unsupported f16 hint leaves its bf16 default on AVX512-BF16/AMX
+#: CPUs, f32 elsewhere); here the choice is made explicit and recorded.
+PRECISION_SUBSTITUTES: dict[str, tuple[str, ...]] = {
+    "fp32": ("fp16", "bf16"),
+    "tf32": ("fp32", "fp16", "bf16"),
+    "fp16": ("bf16", "fp32"),
+    "bf16": ("fp16", "fp32"),
+    "fp8": ("fp16", "bf16", "fp32"),
+}
 _OPTION_KEYS = ("num_streams",)
 _SKIPPED_LAYERS = {"Input", "Output", "Const"}
 _INT8_PRECISIONS = {"i8", "u8"}
@@ -58,7 +73,22 @@ def _tensor_infos(ports: Sequence[Any]) -> list[TensorInfo]:
 def _device_default_precision(device: str) -> str:
     """What the device runs when no hint is given (read from the device itself)."""
     hint = openvino_backend.device_property(device, "INFERENCE_PRECISION_HINT")
-    return _HINT_TO_PRECISION.get(hint.to_string(), str(hint)) if hint is not None else "default"
+    return _precision_of(hint) if hint is not None else "default"
+
+
+def _precision_of(hint: Any) -> str:
+    """An INFERENCE_PRECISION_HINT value (an OpenVINO element type) as a policy precision."""
+    name = hint.to_string() if hasattr(hint, "to_string") else str(hint)
+    return _HINT_TO_PRECISION.get(name, name)
+
+
+def substitute_precision(precision: str, capabilities: Sequence[str]) -> str | None:
+    """The precision :data:`PRECISION_SUBSTITUTES` picks for a device with ``capabilities``
+    that cannot run ``precision``; None when it lists none of them (the device default runs)."""
+    for candidate in PRECISION_SUBSTITUTES.get(precision, ()):
+        if _PRECISION_HINTS[candidate][0] in capabilities:
+            return candidate
+    return None
 
 
 class OpenVINOSession(EngineSession):
@@ -112,6 +142,10 @@ class _Compilation:
             "OpenVINO properties in upper case (ENABLE_CPU_PINNING, ...), passed as is",
         )
         self.cache: CacheLookup | None = None
+        #: Device kind -> the precision it runs instead of the requested one.
+        self.substituted: dict[str, str] = {}
+        #: (what runs instead, why) once a precision fallback is recorded.
+        self.substitution: tuple[str, str] | None = None
 
     def setting(
         self, name: str, requested: Any, applied: Any, honoured: bool, note: str = ""
@@ -124,7 +158,9 @@ class _Compilation:
         if precision == "int8":
             supported = [k for k in target.kinds if "INT8" in openvino_backend.capabilities(k)]
             if not supported:
-                self._precision_fallback(target, "no INT8 in OPTIMIZATION_CAPABILITIES")
+                self._precision_fallback(
+                    target, {k: _device_default_precision(k) for k in target.kinds}
+                )
             self.setting(
                 "precision",
                 "int8",
@@ -134,23 +170,46 @@ class _Compilation:
             )
             return {}
         capability, hint = _PRECISION_HINTS.get(precision, (None, None))
-        able = [k for k in target.kinds if capability in openvino_backend.capabilities(k)]
-        if hint is None or not able:
-            caps = {k: openvino_backend.capabilities(k) for k in target.kinds}
-            self._precision_fallback(target, f"OPTIMIZATION_CAPABILITIES: {caps}")
-            return {}
-        return {k: {"INFERENCE_PRECISION_HINT": hint} for k in able}
+        per_device: dict[str, dict[str, Any]] = {}
+        substituted: dict[str, str] = {}
+        for kind in target.kinds:
+            caps = openvino_backend.capabilities(kind)
+            if hint is not None and capability in caps:
+                per_device[kind] = {"INFERENCE_PRECISION_HINT": hint}
+                continue
+            substitute = substitute_precision(precision, caps)
+            substituted[kind] = substitute or _device_default_precision(kind)
+            if substitute is not None:
+                per_device[kind] = {"INFERENCE_PRECISION_HINT": _PRECISION_HINTS[substitute][1]}
+        self.substituted = substituted
+        if substituted and len(substituted) == len(target.kinds):  # no candidate runs it
+            self._precision_fallback(target, substituted)
+        return per_device
 
-    def _precision_fallback(self, target: OpenVINOTarget, why: str) -> None:
-        chosen = _device_default_precision(target.kinds[0])
+    def _precision_fallback(
+        self, target: OpenVINOTarget, substituted: Mapping[str, str], executed: str = ""
+    ) -> None:
+        """Apply the fallback mode to a precision the device(s) cannot run; what runs
+        instead is read back after compiling (``_check_precision``)."""
+        precision = self.policy.precision
+        chosen = "/".join(dict.fromkeys(substituted.values()))
+        caps = {k: list(openvino_backend.capabilities(k)) for k in substituted}
+        order = PRECISION_SUBSTITUTES.get(precision, ())
+        rule = (
+            f"substitution order {' -> '.join((precision, *order))} picks {chosen}"
+            if any(substitute_precision(precision, c) for c in caps.values())
+            else f"the device default {chosen} runs"
+        )
+        on = executed or "/".join(substituted)
+        why = f"OpenVINO {on} cannot run {precision} (OPTIMIZATION_CAPABILITIES: {caps}); {rule}"
         self.record.fallback(
             what="precision",
-            requested=self.policy.precision,
+            requested=precision,
             chosen=chosen,
-            reason=f"OpenVINO {'/'.join(target.kinds)} cannot run {self.policy.precision} ({why})",
+            reason=why,
             mode=self.policy.fallback,
         )
-        self.record.precision = Choice(self.policy.precision, chosen, why)
+        self.substitution = (chosen, why)
 
     def properties(self, target: OpenVINOTarget, model_files: Sequence[Path]) -> dict[str, Any]:
         """compile_model properties for ``target``; AUTO gets per-device ones in DEVICE_PROPERTIES."""
@@ -235,7 +294,7 @@ class _Compilation:
                 streams,
                 str(streams) == str(props["NUM_STREAMS"]),
             )
-        self._check_precision(read("INFERENCE_PRECISION_HINT"), target)
+        self._check_precision(read("INFERENCE_PRECISION_HINT"), target, executed)
         if self.policy.num_threads is not None:
             threads = read("INFERENCE_NUM_THREADS")
             self.setting(
@@ -263,28 +322,38 @@ class _Compilation:
         self._check_execution_devices(executed, target)
         return executed
 
-    def _check_precision(self, hint: Any, target: OpenVINOTarget) -> None:
-        if self.record.precision is not None:  # a fallback already said what runs instead
-            return
-        if self.policy.precision == "int8":
+    def _check_precision(self, hint: Any, target: OpenVINOTarget, executed: list[str]) -> None:
+        precision = self.policy.precision
+        ran_on = {
+            k: p for k, p in self.substituted.items() if any(d.startswith(k) for d in executed)
+        }
+        if ran_on and self.substitution is None:  # AUTO picked a candidate that substitutes
+            self._precision_fallback(target, ran_on, ",".join(executed))
+        if precision == "int8" and self.substitution is None:
             return  # decided from the runtime graph's node precisions, in check_int8
+        chosen, why = self.substitution or (precision, "")
         if hint is None:  # AUTO does not report its devices' hints back
             self.record.precision = Choice(
-                self.policy.precision,
-                self.policy.precision,
-                "set through DEVICE_PROPERTIES; AUTO does not report it",
+                precision,
+                chosen,
+                f"{why or 'set'} through DEVICE_PROPERTIES; AUTO does not report it back",
             )
             return
-        ran = _HINT_TO_PRECISION.get(hint.to_string(), hint.to_string())
-        honoured = ran == self.policy.precision
-        self.setting("precision", self.policy.precision, ran, honoured)
-        self.record.precision = Choice(
-            self.policy.precision, ran, "INFERENCE_PRECISION_HINT read back"
-        )
+        ran = _precision_of(hint)
+        if self.substitution is not None:  # the fallback is recorded; say what really runs
+            if precision != "int8":  # int8's setting row is written with its properties
+                self.setting("precision", precision, ran, False, why)
+            self.record.precision = Choice(
+                precision, ran, f"{why}; INFERENCE_PRECISION_HINT read back: {ran}"
+            )
+            return
+        honoured = ran == precision
+        self.setting("precision", precision, ran, honoured)
+        self.record.precision = Choice(precision, ran, "INFERENCE_PRECISION_HINT read back")
         if not honoured:
             self.record.fallback(
                 what="precision",
-                requested=self.policy.precision,
+                requested=precision,
                 chosen=ran,
                 reason=f"{target.compile_device} accepted the hint but compiled for {ran}",
                 mode=self.policy.fallback,
@@ -317,25 +386,49 @@ class _Compilation:
         except RuntimeError as exc:  # AUTO and some NPU drivers expose no runtime graph
             self.record.notes.append(f"OpenVINO gave no runtime graph for node records: {exc}")
             return False
+        device = ",".join(executed)
+        required = target.required
+        # OpenVINO runs a compiled model on its EXECUTION_DEVICES as a whole: every layer is
+        # where the model is, and off the required device only through the device fallback
+        # that _check_execution_devices has already recorded.
+        moved = required is not None and any(
+            d.split(".")[0] != required.split(".")[0] for d in executed
+        )
+        requested = required if moved and required is not None else device
+        nodes = []
         for op in runtime_model.get_ordered_ops():
             info = op.get_rt_info()
             layer = info["layerType"].astype(str) if "layerType" in info else op.get_type_name()
             if layer in _SKIPPED_LAYERS:
                 continue
-            self.record.nodes.append(
-                NodeRecord(
+            nodes.append(
+                PlacedNode(
                     name=info["originalLayersNames"].astype(str)
                     if "originalLayersNames" in info
                     else op.get_friendly_name(),
                     op_type=layer,
-                    requested=target.required or target.compile_device,
-                    chosen=",".join(executed),
+                    device=device,
                     kernel=info["primitiveType"].astype(str) if "primitiveType" in info else None,
                     precision=info["runtimePrecision"].astype(str)
                     if "runtimePrecision" in info
                     else None,
                 )
             )
+        classified = classify(
+            nodes,
+            requested=requested,
+            analysis=None,
+            elsewhere_reason=f"{target.compile_device} reports EXECUTION_DEVICES={executed}",
+        )
+        record_placement(
+            self.record,
+            classified,
+            requested=requested,
+            precision=None,
+            fallback=self.policy.fallback,
+            host_shape_compute=self.policy.host_shape_compute,
+            fallback_recorded=True,
+        )
         return True
 
     def check_int8(self, target: OpenVINOTarget, have_nodes: bool) -> None:

@@ -19,18 +19,20 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from xpuruntime.inference.cache import CacheKey, CacheLookup, ContentCache, file_digest
-from xpuruntime.inference.engines.ort_placement import assigned_nodes, record_placement
+from xpuruntime.inference.engines.ort_placement import assigned_nodes, record_assignment
+from xpuruntime.inference.errors import InvalidModelError
 from xpuruntime.inference.tensors import onnx_type_to_numpy_name
 from xpuruntime.npu import qnn_backend
 from xpuruntime.npu.engines.claim import claim_session
 from xpuruntime.npu.errors import StaticShapeRequiredError, unknown_device
-from xpuruntime.npu.onnx_model import graph_inputs, load_graph
+from xpuruntime.npu.onnx_model import graph_inputs, graph_io_qdq, load_graph, load_inferred_graph
 from xpuruntime.npu.options import engine_options
 from xpuruntime.npu.qnn_backend import Backend
 from xpuruntime.npu.quantized import require_quantized_model
 from xpuruntime.npu.shapes import fixed_input_shapes
 from xpuruntime.policies.errors import PolicyError
 from xpuruntime.runtime.engines import Availability, Engine, EngineSession, TensorInfo
+from xpuruntime.runtime.errors import UnsupportedOperationError
 from xpuruntime.runtime.record import Choice, NodeRecord, SettingRecord
 
 if TYPE_CHECKING:
@@ -90,7 +92,6 @@ _GRAPH_OPT = {
     "extended": "ORT_ENABLE_EXTENDED",
     "all": "ORT_ENABLE_ALL",
 }
-_IO_QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
 _CONTEXT_MODEL = "model_ctx.onnx"
 
 
@@ -404,13 +405,27 @@ class _QnnBuild:
     def create(self, model: Path, so: Any) -> Any:
         """Create the session; ONNX Runtime's own silent retry on the CPU EP is caught here.
 
-        When the EP fails to initialise, onnxruntime's Python InferenceSession prints the error
-        to stdout and retries with the CPU EP only. That retry is a fallback like any other.
+        When the EP fails to initialise, onnxruntime's Python InferenceSession (up to 1.31)
+        prints the error to stdout and retries with the CPU EP only: that retry is a fallback
+        like any other. Later releases raise instead, and so does this engine (typed).
         """
         printed = io.StringIO()
-        with contextlib.redirect_stdout(printed), warnings.catch_warnings(record=True):
-            warnings.simplefilter("always")
-            session = self.ort.InferenceSession(str(model), sess_options=so)
+        try:
+            with contextlib.redirect_stdout(printed), warnings.catch_warnings(record=True):
+                warnings.simplefilter("always")
+                session = self.ort.InferenceSession(str(model), sess_options=so)
+        except Exception as exc:
+            message = " ".join(str(exc).split())
+            if "CreateProvider" in message or "creating execution provider" in message:
+                raise UnsupportedOperationError(
+                    f"the QNN EP failed to start and ONNX Runtime "
+                    f"{self.ort.__version__} refused to run without it: {message}. Check "
+                    f"engine_options['qnn'] against the QNN EP's provider options"
+                ) from exc
+            raise InvalidModelError(
+                f"ONNX Runtime {self.ort.__version__} with the QNN EP cannot load {model}: "
+                f"{message}"
+            ) from exc
         if qnn_backend.EP_NAME not in session.get_providers():
             message = " ".join(printed.getvalue().replace("*", "").split()) or "no reason given"
             self.record.fallback(
@@ -422,33 +437,43 @@ class _QnnBuild:
             )
         return session
 
-    def check_assignment(self, session: Any, offload_io: bool) -> None:
-        """Per-node EP assignment into the record; nodes QNN did not take are fallbacks.
+    def check_assignment(self, session: Any, model: Path, offload_io: bool) -> None:
+        """Per-node EP assignment into the record, classified (host-side shape computation or
+        fallback) like every engine's.
 
         With ``offload_graph_io_quantization=1`` (QNN's default) the Q/DQ nodes at the graph's
-        inputs and outputs run on the CPU EP by design: recorded as nodes, not as fallbacks.
+        inputs and outputs run on the CPU EP by design: recorded as requested there.
         """
         nodes = assigned_nodes(session) or []
-        offloaded = [
-            n
-            for n in nodes
-            if offload_io and n.op_type in _IO_QDQ and n.provider != qnn_backend.EP_NAME
-        ]
-        placed = [n for n in nodes if n not in offloaded]
-        record_placement(
+        graph = None
+        if any(n.device != qnn_backend.EP_NAME for n in nodes):
+            graph = load_inferred_graph(model)
+        io_qdq = graph_io_qdq(graph) if offload_io and graph is not None else frozenset()
+        offloaded = [n for n in nodes if n.name in io_qdq and n.device != qnn_backend.EP_NAME]
+        record_assignment(
             self.record,
-            placed,
+            [n for n in nodes if n not in offloaded],
             requested=qnn_backend.EP_NAME,
+            policy=self.policy,
+            graph=graph,
             precision=self.policy.precision,
-            mode=self.policy.fallback,
+            fallback_recorded=qnn_backend.EP_NAME not in session.get_providers(),
         )
         self.record.nodes.extend(
-            NodeRecord(n.name, n.op_type, requested=n.provider, chosen=n.provider)
+            NodeRecord(
+                n.name,
+                n.op_type,
+                requested=n.device,
+                chosen=n.device,
+                placement="requested",
+                reason="offload_graph_io_quantization=1: QNN hands graph-I/O (de)quantization "
+                "to the CPU EP",
+            )
             for n in offloaded
         )
         if offloaded:
             self.record.notes.append(
-                f"{len(offloaded)} graph-I/O Q/DQ node(s) run on {offloaded[0].provider}: QNN's "
+                f"{len(offloaded)} graph-I/O Q/DQ node(s) run on {offloaded[0].device}: QNN's "
                 f"offload_graph_io_quantization=1 hands input/output (de)quantization to the CPU"
             )
 
@@ -528,5 +553,7 @@ class QNNEngine(Engine):
         so.add_provider_for_devices([target.ep_device], options)
         session = build.create(load, so)
         build.commit_cache()
-        build.check_assignment(session, options.get("offload_graph_io_quantization", "1") == "1")
+        build.check_assignment(
+            session, load, options.get("offload_graph_io_quantization", "1") == "1"
+        )
         return QNNSession(session)
