@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xpuruntime.kernels.attention import KERNEL as XRT_ATTENTION_KERNEL
+from xpuruntime.kernels.attention.support import device_kinds as xrt_attention_devices
 from xpuruntime.policies import ExecutionPolicy, KernelPolicy
 from xpuruntime.policies.vocabulary import SupportedKernel
 from xpuruntime.pytorch._compat import SDPBackend
@@ -56,13 +57,14 @@ ATTENTION_BACKENDS: dict[str, tuple[SDPBackend, str]] = {
 }
 # Where each backend runs: FlashAttention-2, memory-efficient and cuDNN attention are CUDA
 # kernels (PyTorch's CPU "flash" backend is a different, CPU kernel: not FlashAttention-2).
-# xpuruntime's own kernel (the core's Triton kernels) runs on CUDA through ops.fused_attention.
+# xpuruntime's own kernel (the core's Triton kernels) runs on CUDA through ops.fused_attention
+# (and on the CPU inside Triton's interpreter, for tests).
 ATTENTION_DEVICES = {
     "flash_v2": _CUDA,
     "efficient": _CUDA,
     "cudnn": _CUDA,
     "math": _ANY,
-    XRT_ATTENTION_KERNEL: _CUDA,
+    XRT_ATTENTION_KERNEL: xrt_attention_devices(),
 }
 
 # ops.fused_layernorm kernels -> devices: the core's ("xrt"; "cpu" is its CPU reference) or

@@ -57,6 +57,13 @@ def _missing_packages() -> str:
     )
 
 
+def device_kinds() -> frozenset[str]:
+    """Device kinds the kernel runs on: CUDA GPUs, and the CPU only inside Triton's
+    interpreter (``TRITON_INTERPRET=1``, for tests)."""
+    interpreted = os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return frozenset({"cuda", "cpu"} if interpreted else {"cuda"})
+
+
 @functools.cache
 def _capability(index: int) -> tuple[int, int] | None:
     import torch
