@@ -7,6 +7,7 @@ plan, reads every switch back and records what was honoured.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ __all__ = [
     "LAYERNORM_KERNELS",
     "MATMUL_LIBRARIES",
     "PYTORCH_DEFAULT",
+    "RMSNORM_KERNELS",
     "Plan",
     "PlannedSetting",
     "plan",
@@ -38,8 +40,9 @@ ATTENTION_BACKENDS: dict[str, tuple[SDPBackend, str]] = {
     "math": (SDPBackend.MATH, "sdp.math"),
 }
 
-# ops.fused_layernorm kernels: the core's ("xrt") or PyTorch's.
+# ops.fused_layernorm / fused_rmsnorm kernels: the core's ("xrt", "cpu") or PyTorch's.
 LAYERNORM_KERNELS = frozenset({"xrt", "cpu", "torch"})
+RMSNORM_KERNELS = LAYERNORM_KERNELS
 
 CONV_KERNELS = {"cudnn": True}
 
@@ -80,6 +83,9 @@ class Plan:
         for setting in self.settings:
             merged.update(setting.writes)
         return merged
+
+
+_Planner = Callable[[str, bool, Plan], None]
 
 
 def _default_note(op: str) -> str:
@@ -145,26 +151,30 @@ def _plan_attention(kernel: str, pinned: bool, out: Plan) -> None:
     out.settings.append(PlannedSetting("attention", kernel, writes, note, pinned))
 
 
-def _plan_layernorm(kernel: str, pinned: bool, out: Plan) -> None:
-    if kernel in PYTORCH_DEFAULT or kernel in LAYERNORM_KERNELS:
-        out.settings.append(
-            PlannedSetting(
-                "layernorm",
-                kernel,
-                {},
-                "selects the kernel of xpuruntime.pytorch.ops.fused_layernorm; "
-                "torch.nn.LayerNorm keeps PyTorch's kernel (aten ops are never overridden)",
+def _norm_planner(op: str, kernels: frozenset[str], module: str, function: str) -> _Planner:
+    def plan_norm(kernel: str, pinned: bool, out: Plan) -> None:
+        if kernel in PYTORCH_DEFAULT or kernel in kernels:
+            out.settings.append(
+                PlannedSetting(
+                    op,
+                    kernel,
+                    {},
+                    f"selects the kernel of xpuruntime.pytorch.ops.fused_{op} (and "
+                    f"fused_add_{op}); {module} keeps PyTorch's kernel (aten ops are never "
+                    "overridden)",
+                )
             )
-        )
-    else:
-        out.unapplicable.append(
-            Unapplicable(
-                "layernorm",
-                kernel,
-                f"ops.fused_layernorm has kernels {sorted(LAYERNORM_KERNELS)}, not {kernel!r}",
-                pinned,
+        else:
+            out.unapplicable.append(
+                Unapplicable(
+                    op,
+                    kernel,
+                    f"ops.{function} has kernels {sorted(kernels)}, not {kernel!r}",
+                    pinned,
+                )
             )
-        )
+
+    return plan_norm
 
 
 def _plan_conv(kernel: str, pinned: bool, out: Plan) -> None:
@@ -187,10 +197,13 @@ def _plan_conv(kernel: str, pinned: bool, out: Plan) -> None:
         )
 
 
-_OP_PLANNERS = {
+_OP_PLANNERS: dict[str, _Planner] = {
     "matmul": _plan_matmul,
     "attention": _plan_attention,
-    "layernorm": _plan_layernorm,
+    "layernorm": _norm_planner(
+        "layernorm", LAYERNORM_KERNELS, "torch.nn.LayerNorm", "fused_layernorm"
+    ),
+    "rmsnorm": _norm_planner("rmsnorm", RMSNORM_KERNELS, "torch.nn.RMSNorm", "fused_rmsnorm"),
     "conv": _plan_conv,
 }
 
