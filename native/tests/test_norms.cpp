@@ -216,7 +216,9 @@ class DeviceBuffer {
  public:
   DeviceBuffer(DType dtype, std::size_t count, int misalign)
       : size_(dtype_size(dtype)), offset_(misalign * dtype_size(dtype)) {
-    cudaMalloc(&base_, count * size_ + offset_ + 16);
+    const std::size_t bytes = count * size_ + offset_ + 16;
+    cudaMalloc(&base_, bytes);
+    cudaMemset(base_, 0, bytes);  // initcheck: every byte read back has been written
   }
   ~DeviceBuffer() { cudaFree(base_); }
   DeviceBuffer(const DeviceBuffer&) = delete;

@@ -339,7 +339,14 @@ def _core_backward(
 # ---------------------------------------------------------------------------------------
 # PyTorch's kernels, for the "torch" choice (same outputs, so callers cannot tell).
 
-_rms_norm: Callable[..., Tensor] | None = getattr(F, "rms_norm", None)  # PyTorch 2.4+
+# PyTorch's own fused RMSNorm with its rstd (2.8+; the backward on CUDA only); elsewhere the
+# same maths in PyTorch's ops.
+_fused_rms_norm: Callable[..., tuple[Tensor, Tensor]] | None = getattr(
+    torch.ops.aten, "_fused_rms_norm", None
+)
+_fused_rms_norm_backward: Callable[..., tuple[Tensor, Tensor]] | None = getattr(
+    torch.ops.aten, "_fused_rms_norm_backward", None
+)
 
 
 def _lead_shape(x: Tensor, normalized_shape: Sequence[int]) -> list[int]:
@@ -359,17 +366,17 @@ def _torch_forward(
     total = (x + residual).contiguous() if residual is not None else None
     source = total if total is not None else x
     shape = list(normalized_shape)
-    if not keep_stats:
+    if not keep_stats:  # eager inference, PyTorch >= 2.4: its public functions
         if norm.rms:
-            return _torch_forward(norm, source, None, shape, weight, bias, eps)[0], total, None
+            return F.rms_norm(source, shape, weight, eps).contiguous(), total, None
         return F.layer_norm(source, shape, weight, bias, eps).contiguous(), total, None
     if norm.rms:
-        dims = list(range(-len(shape), 0))
-        wide = source.to(_stats_dtype(source.dtype))
-        rstd = torch.rsqrt(wide.square().mean(dims, keepdim=True) + eps)
-        if _rms_norm is not None:
-            y = _rms_norm(source, shape, weight, eps)
-        else:  # PyTorch < 2.4 has no rms_norm: the same computation
+        if _fused_rms_norm is not None:
+            y, rstd = _fused_rms_norm(source, shape, weight, eps)
+        else:  # PyTorch < 2.8: the same computation in its ops
+            dims = list(range(-len(shape), 0))
+            wide = source.to(_stats_dtype(source.dtype))
+            rstd = torch.rsqrt(wide.square().mean(dims, keepdim=True) + eps)
             y = (wide * rstd).to(source.dtype)
             y = y * weight if weight is not None else y
         stats = rstd.reshape(1, -1)
@@ -392,8 +399,18 @@ def _torch_backward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     shape = list(normalized_shape)
     empty = x.new_empty(0)
-    if norm.rms:
-        # PyTorch keeps no RMSNorm statistics to hand back: its own ops on the saved rstd.
+    if norm.rms and _fused_rms_norm_backward is not None and x.is_cuda:  # CUDA-only kernel
+        dx, dweight = _fused_rms_norm_backward(
+            grad.contiguous(),
+            x,
+            shape,
+            stats[0].reshape(_lead_shape(x, shape)),
+            weight,
+            [True, weight is not None and weight_grad],
+        )
+        dweight = dweight if dweight is not None else empty
+        dbias = empty
+    elif norm.rms:  # PyTorch's ops on the saved rstd
         dims = list(range(-len(shape), 0))
         lead = _lead_shape(x, shape)
         wide = _stats_dtype(x.dtype)
