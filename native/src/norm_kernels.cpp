@@ -212,6 +212,17 @@ NormLaunch run_norm_backward(const NormBackwardArgs& args, DeviceRef device, voi
 #endif
 }
 
+std::size_t norm_backward_workspace_bytes(const NormBackwardArgs& args, DeviceRef device) {
+  if (device.kind == DeviceKind::CPU) return 0;
+#if XPURUNTIME_WITH_CUDA
+  DeviceScope scope(device.index);
+  return cuda::norm_backward_workspace_bytes(args);
+#else
+  (void)args;
+  throw UnsupportedOperationError(kNoCuda);
+#endif
+}
+
 std::vector<KernelDef> norm_kernels() {
   std::vector<KernelDef> defs;
   for (NormKind kind : {NormKind::LayerNorm, NormKind::RMSNorm}) {

@@ -12,6 +12,7 @@
 // and float64 for float64 inputs, one value per row; the backward takes them from the forward.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -50,7 +51,9 @@ struct NormForwardArgs {
 
 // Raw arguments of one backward call. `x` is the normalised input (the sum in the residual
 // form); `dsum` (optional) is the gradient reaching that sum from elsewhere and is added to
-// dx. dweight/dbias are computed when non-null (dweight needs weight).
+// dx. dweight/dbias are computed when non-null. On CUDA they are reduced through a float32
+// workspace of partial sums: `workspace` (at least norm_backward_workspace_bytes; memory of
+// the caller's allocator, as CUDA graph capture needs) or, when null, the memory pool.
 struct NormBackwardArgs {
   NormKind kind = NormKind::LayerNorm;
   DType dtype = DType::F32;
@@ -65,6 +68,8 @@ struct NormBackwardArgs {
   void* dx = nullptr;
   void* dweight = nullptr;
   void* dbias = nullptr;
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
 };
 
 // How a kernel ran: the vectorised path (16-byte loads, a row held in registers by a group
@@ -83,6 +88,9 @@ std::string describe(const NormLaunch& launch);
 // Arguments are trusted: callers validate shapes, dtypes and devices first.
 NormLaunch run_norm_forward(const NormForwardArgs& args, DeviceRef device, void* stream);
 NormLaunch run_norm_backward(const NormBackwardArgs& args, DeviceRef device, void* stream);
+// Bytes of workspace run_norm_backward needs for these sizes (0 on the CPU or without
+// dweight/dbias), whatever the alignment of the pointers.
+std::size_t norm_backward_workspace_bytes(const NormBackwardArgs& args, DeviceRef device);
 
 struct NormForwardResult {
   Tensor y;

@@ -619,7 +619,11 @@ int round_up_pow2(int v) {
   return p;
 }
 
-int rows_per_block_for(int warps) { return warps == 1 ? 4 : warps == 2 ? 2 : 1; }
+// Forward blocks of 128 threads: small rows share a block (4 one-warp rows, 2 two-warp rows).
+int forward_rows_per_block(int warps) { return warps == 1 ? 4 : warps == 2 ? 2 : 1; }
+// Backward blocks of 256 threads for rows up to 4 warps: a persistent block writes one
+// partial dweight/dbias row, so fewer, larger blocks mean less partial traffic.
+int backward_rows_per_block(int warps) { return warps <= 4 ? 8 / warps : 1; }
 
 // Forward: up to 8 vectors (128 bytes) per thread; rows of up to 256 vectors take one warp
 // (4 rows per block), longer rows as many warps as 8 vectors per thread need (<= 16, so
@@ -633,7 +637,7 @@ bool forward_shape(int vectors, Shape* s) {
     s->warps = (vectors + 255) / 256;
     if (s->warps > 16) return false;
   }
-  s->rows_per_block = rows_per_block_for(s->warps);
+  s->rows_per_block = forward_rows_per_block(s->warps);
   return true;
 }
 
@@ -650,7 +654,7 @@ bool backward_shape(int vectors, int elems, Shape* s) {
     s->warps = (vectors + 32 * s->vec - 1) / (32 * s->vec);
   }
   if (s->warps > 16) return false;
-  s->rows_per_block = rows_per_block_for(s->warps);
+  s->rows_per_block = backward_rows_per_block(s->warps);
   return true;
 }
 
@@ -844,17 +848,83 @@ NormLaunch norm_forward(const NormForwardArgs& a, void* stream) {
   return result;
 }
 
+namespace {
+// How a backward call runs: the vectorised persistent kernel (grid = resident blocks, one
+// partial row each) or the generic kernels (dx per row, dweight/dbias over row chunks).
+struct BackwardPlan {
+  bool vectorised = false;
+  Shape shape{};
+  std::size_t smem = 0;
+  long long grid = 0;      // blocks of the dx kernel
+  long long partials = 0;  // partial rows per accumulator
+  long long tiles = 0;     // generic column kernel: tiles of 32 columns
+  int accumulators = 0;    // dweight and/or dbias
+  Kernels kernels{};
+};
+
+BackwardPlan plan_backward(const NormBackwardArgs& a, const DeviceInfo& dev, bool aligned) {
+  BackwardPlan plan;
+  const int h = static_cast<int>(a.h);
+  const int elems = elements_per_vector(a.dtype);
+  const bool rms = a.kind == NormKind::RMSNorm;
+  plan.accumulators = (a.dweight != nullptr ? 1 : 0) + (a.dbias != nullptr && !rms ? 1 : 0);
+  plan.vectorised = aligned && h % elems == 0 && backward_shape(h / elems, elems, &plan.shape);
+  plan.kernels = kernels_for(a.dtype, 8, plan.vectorised ? plan.shape.vec : 1, rms);
+  if (plan.vectorised) {
+    const Shape& shape = plan.shape;
+    const long long groups = (a.rows + shape.rows_per_block - 1) / shape.rows_per_block;
+    const std::size_t slots = sizeof(float2) * 2 * shape.warps * shape.rows_per_block;
+    const std::size_t gather =
+        shape.rows_per_block > 1 ? sizeof(float) * shape.rows_per_block * h : 0;
+    plan.smem = std::max(slots, gather);
+    const int resident =
+        blocks_per_sm(plan.kernels.backward_vec, dev.device, shape.threads(), plan.smem);
+    plan.grid = std::max<long long>(1, std::min<long long>(groups, 1LL * resident * dev.sms));
+    plan.partials = plan.grid;
+  } else {
+    plan.grid = grid_for(a.rows);
+    plan.tiles = (h + 31) / 32;
+    const long long per_wave = std::max<long long>(1, 4LL * dev.sms / plan.tiles);
+    plan.partials = std::max<long long>(1, std::min<long long>((a.rows + 7) / 8, per_wave));
+  }
+  if (plan.accumulators == 0) plan.partials = 0;
+  return plan;
+}
+
+std::size_t workspace_bytes(const BackwardPlan& plan, std::int64_t h) {
+  return sizeof(float) * static_cast<std::size_t>(plan.partials) * plan.accumulators *
+         static_cast<std::size_t>(h);
+}
+}  // namespace
+
+std::size_t norm_backward_workspace_bytes(const NormBackwardArgs& a) {
+  if (a.h == 0) return 0;
+  const DeviceInfo dev = current_device();
+  // Independent of the pointers: the larger of the vectorised and the generic plan.
+  return std::max(workspace_bytes(plan_backward(a, dev, true), a.h),
+                  workspace_bytes(plan_backward(a, dev, false), a.h));
+}
+
 NormLaunch norm_backward(const NormBackwardArgs& a, void* stream) {
   NormLaunch result;
   result.cuda = true;
   if (a.h == 0) return result;
   const int h = static_cast<int>(a.h);
-  const int elems = elements_per_vector(a.dtype);
   const bool rms = a.kind == NormKind::RMSNorm;
-  const bool want_w = a.dweight != nullptr;
   const bool want_b = a.dbias != nullptr && !rms;
   auto s = static_cast<cudaStream_t>(stream);
   const DeviceInfo dev = current_device();
+  const bool aligned = aligned16(a.dy) && aligned16(a.x) && aligned16(a.weight) &&
+                       aligned16(a.dsum) && aligned16(a.dx);
+  const BackwardPlan plan = plan_backward(a, dev, aligned);
+  const std::size_t needed = workspace_bytes(plan, a.h);
+  if (a.workspace != nullptr && a.workspace_bytes < needed) {
+    throw InvalidArgumentError("norm backward: the workspace has " +
+                               std::to_string(a.workspace_bytes) + " bytes, this call needs " +
+                               std::to_string(needed) + " (see norm_backward_workspace_bytes)");
+  }
+  Workspace pooled(a.workspace != nullptr ? 0 : needed / sizeof(float), dev.device, stream);
+  float* workspace = a.workspace != nullptr ? static_cast<float*>(a.workspace) : pooled.data();
   BackwardParams p{a.dy,
                    a.x,
                    a.weight,
@@ -862,69 +932,43 @@ NormLaunch norm_backward(const NormBackwardArgs& a, void* stream) {
                    static_cast<const float*>(a.rstd),
                    a.dsum,
                    a.dx,
-                   nullptr,
+                   a.dweight != nullptr ? workspace : nullptr,
                    nullptr,
                    a.rows,
                    h,
-                   h / elems,
+                   h / elements_per_vector(a.dtype),
                    1.0f / static_cast<float>(h),
                    rms ? 1 : 0,
-                   0,
-                   0,
+                   plan.vectorised ? plan.shape.warps : kGenericThreads / 32,
+                   plan.vectorised ? plan.shape.rows_per_block : 1,
                    0};
-  Shape shape{};
-  const bool vectorised = h % elems == 0 && backward_shape(h / elems, elems, &shape) &&
-                          aligned16(a.dy) && aligned16(a.x) && aligned16(a.weight) &&
-                          aligned16(a.dsum) && aligned16(a.dx);
-  const Kernels k = kernels_for(a.dtype, 8, vectorised ? shape.vec : 1, rms);
-  const int accumulators = (want_w ? 1 : 0) + (want_b ? 1 : 0);
-
-  long long partials = 0;
-  if (vectorised) {
-    const long long groups = (a.rows + shape.rows_per_block - 1) / shape.rows_per_block;
-    const std::size_t slots = sizeof(float2) * 2 * shape.warps * shape.rows_per_block;
-    const std::size_t gather =
-        shape.rows_per_block > 1 ? sizeof(float) * shape.rows_per_block * h : 0;
-    const std::size_t smem = std::max(slots, gather);
-    const int resident = blocks_per_sm(k.backward_vec, dev.device, shape.threads(), smem);
-    const long long grid = std::max<long long>(1, std::min<long long>(groups, 1LL * resident * dev.sms));
-    partials = accumulators > 0 ? grid : 0;
-    Workspace workspace(static_cast<std::size_t>(partials) * accumulators * h, dev.device, stream);
-    p.warps_per_row = shape.warps;
-    p.rows_per_block = shape.rows_per_block;
-    p.dweight_partial = want_w ? workspace.data() : nullptr;
-    p.dbias_partial = want_b ? workspace.data() + (want_w ? partials * h : 0) : nullptr;
-    if (a.rows > 0) launch(k.backward_vec, static_cast<unsigned>(grid), shape.threads(), smem, s, &p);
-    result.vectorised = true;
-    result.vectors_per_thread = shape.vec;
-    result.warps_per_row = shape.warps;
-    result.rows_per_block = shape.rows_per_block;
-    result.blocks = grid;
-    if (accumulators > 0) {
-      if (a.rows == 0) XRT_CUDA_CHECK(cudaMemsetAsync(workspace.data(), 0, sizeof(float) * accumulators * h, s));
-      finalize(k.finalize, p, static_cast<int>(std::max<long long>(partials, 1)), a, want_b, s);
+  if (want_b) p.dbias_partial = workspace + (a.dweight != nullptr ? plan.partials * h : 0);
+  result.vectorised = plan.vectorised;
+  result.vectors_per_thread = plan.vectorised ? plan.shape.vec : 0;
+  result.warps_per_row = p.warps_per_row;
+  result.rows_per_block = p.rows_per_block;
+  result.blocks = plan.grid;
+  const Kernels& k = plan.kernels;
+  if (plan.vectorised) {
+    if (a.rows > 0) {
+      launch(k.backward_vec, static_cast<unsigned>(plan.grid), plan.shape.threads(), plan.smem, s,
+             &p);
+    } else if (plan.accumulators > 0) {  // no rows: the sums are zero
+      XRT_CUDA_CHECK(cudaMemsetAsync(workspace, 0, needed, s));
     }
-    return result;
+  } else {
+    // Generic: dx per row, then dweight/dbias over chunks of rows.
+    if (a.rows > 0) {
+      launch(k.backward_dx_generic, static_cast<unsigned>(plan.grid), kGenericThreads, 0, s, &p);
+    }
+    if (plan.accumulators > 0) {
+      p.rows_per_chunk = std::max<long long>(1, (a.rows + plan.partials - 1) / plan.partials);
+      launch(k.backward_columns_generic,
+             dim3(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(plan.partials)),
+             dim3(32, 8), 0, s, &p);
+    }
   }
-
-  // Generic: dx per row, then dweight/dbias over chunks of rows.
-  p.warps_per_row = kGenericThreads / 32;
-  p.rows_per_block = 1;
-  if (a.rows > 0) launch(k.backward_dx_generic, grid_for(a.rows), kGenericThreads, 0, s, &p);
-  result.warps_per_row = kGenericThreads / 32;
-  result.rows_per_block = 1;
-  result.blocks = grid_for(a.rows);
-  if (accumulators == 0) return result;
-  const long long tiles = (h + 31) / 32;
-  const long long chunks =
-      std::max<long long>(1, std::min<long long>((a.rows + 7) / 8, std::max<long long>(1, 4LL * dev.sms / tiles)));
-  p.rows_per_chunk = std::max<long long>(1, (a.rows + chunks - 1) / chunks);
-  Workspace workspace(static_cast<std::size_t>(chunks) * accumulators * h, dev.device, stream);
-  p.dweight_partial = want_w ? workspace.data() : nullptr;
-  p.dbias_partial = want_b ? workspace.data() + (want_w ? chunks * h : 0) : nullptr;
-  launch(k.backward_columns_generic, dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks)),
-         dim3(32, 8), 0, s, &p);
-  finalize(k.finalize, p, static_cast<int>(chunks), a, want_b, s);
+  if (plan.accumulators > 0) finalize(k.finalize, p, static_cast<int>(plan.partials), a, want_b, s);
   return result;
 }
 

@@ -120,7 +120,7 @@ void bind_norms(py::module_& m) {
         [](bool rms, int dtype, int device, std::int64_t rows, std::int64_t h, std::uintptr_t dy,
            std::uintptr_t x, std::uintptr_t weight, std::uintptr_t mean, std::uintptr_t rstd,
            std::uintptr_t dsum, std::uintptr_t dx, std::uintptr_t dweight, std::uintptr_t dbias,
-           std::uintptr_t stream) {
+           std::uintptr_t workspace, std::size_t workspace_bytes, std::uintptr_t stream) {
           xrt::NormBackwardArgs a;
           a.kind = rms ? xrt::NormKind::RMSNorm : xrt::NormKind::LayerNorm;
           a.dtype = dtype_from_code(dtype);
@@ -135,10 +135,29 @@ void bind_norms(py::module_& m) {
           a.dx = as_pointer(dx);
           a.dweight = as_pointer(dweight);
           a.dbias = as_pointer(dbias);
+          a.workspace = as_pointer(workspace);
+          a.workspace_bytes = workspace_bytes;
           py::gil_scoped_release release;
           xrt::run_norm_backward(a, device_from_index(device), as_pointer(stream));
         },
-        "Backward kernel on raw pointers (0 = absent); device -1 is the CPU.");
+        "Backward kernel on raw pointers (0 = absent; workspace 0 = from the core's pool); "
+        "device -1 is the CPU.");
+
+  m.def("norm_backward_workspace_bytes",
+        [](bool rms, int dtype, int device, std::int64_t rows, std::int64_t h, bool dweight,
+           bool dbias) {
+          xrt::NormBackwardArgs a;
+          a.kind = rms ? xrt::NormKind::RMSNorm : xrt::NormKind::LayerNorm;
+          a.dtype = dtype_from_code(dtype);
+          a.rows = rows;
+          a.h = h;
+          // Only whether they are asked for matters to the size.
+          static char marker;
+          a.dweight = dweight ? &marker : nullptr;
+          a.dbias = dbias ? &marker : nullptr;
+          return xrt::norm_backward_workspace_bytes(a, device_from_index(device));
+        },
+        "Workspace bytes norm_backward_raw needs for these sizes (0 on the CPU).");
 }
 
 }  // namespace xrt_py

@@ -178,3 +178,31 @@ def test_compiled_training_step_matches_eager() -> None:
         eager = block(x, residual)
         compiled = torch.compile(block, fullgraph=True)(x, residual)
     torch.testing.assert_close(compiled, eager, atol=2e-2, rtol=2e-2)
+
+
+def test_a_training_step_replays_from_a_cuda_graph() -> None:
+    # The backward's dweight partial sums live in PyTorch memory, so a captured step owns them.
+    x = torch.randn(512, 2048, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(2048, device="cuda", dtype=torch.bfloat16).requires_grad_()
+    target = torch.randn(512, 2048, device="cuda", dtype=torch.bfloat16)
+
+    def step() -> None:
+        x.grad, w.grad = None, None
+        y = fused_rmsnorm(x, [2048], w, 1e-6)
+        ((y.float() - target.float()) ** 2).mean().backward()
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), xrt_torch.kernel_policy(rmsnorm="xrt"):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    eager = (x.grad.clone(), w.grad.clone())  # type: ignore[union-attr]
+    graph = torch.cuda.CUDAGraph()
+    with xrt_torch.kernel_policy(rmsnorm="xrt"), torch.cuda.graph(graph):
+        step()
+    for _ in range(2):
+        graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(x.grad, eager[0])
+    assert torch.equal(w.grad, eager[1])

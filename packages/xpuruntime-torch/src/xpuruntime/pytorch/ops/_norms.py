@@ -220,15 +220,36 @@ def _core_kernel(norm: Norm, kernel: str, x: Tensor) -> tuple[str | None, str]:
 
 _forward_raw: Callable[..., None] | None = None
 _backward_raw: Callable[..., None] | None = None
+_workspace_raw: Callable[..., int] | None = None
 _codes: dict[torch.dtype, int] = {}
+_workspaces: dict[tuple[Any, ...], int] = {}
 
 
 def _load_core() -> None:
-    global _forward_raw, _backward_raw
+    global _forward_raw, _backward_raw, _workspace_raw
     native = core()
     for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
         _codes[dtype] = int(native.NORM_DTYPE_CODES[str(dtype).removeprefix("torch.")])
     _forward_raw, _backward_raw = native.norm_forward_raw, native.norm_backward_raw
+    _workspace_raw = native.norm_backward_workspace_bytes
+
+
+def _workspace(
+    norm: Norm, x: Tensor, rows: int, h: int, dweight: bool, dbias: bool
+) -> Tensor | None:
+    """PyTorch memory for the backward's dweight/dbias partial sums (CUDA only): allocated by
+    PyTorch's allocator, so streams and CUDA graph capture treat it like any tensor."""
+    device = x.get_device()
+    if device < 0 or not (dweight or dbias):
+        return None
+    key = (norm.rms, x.dtype, device, rows, h, dweight, dbias)
+    size = _workspaces.get(key)
+    if size is None:
+        assert _workspace_raw is not None
+        size = _workspaces[key] = int(
+            _workspace_raw(norm.rms, _codes[x.dtype], device, rows, h, dweight, dbias)
+        )
+    return x.new_empty(size, dtype=torch.uint8) if size else None
 
 
 def _stats_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -311,8 +332,9 @@ def _core_backward(
     h = _width(x, normalized_shape)
     rows = x.numel() // h if h else 0
     dx = torch.empty_like(x)
-    dweight = torch.empty_like(weight) if weight_grad and weight is not None else None
+    dweight = weight.new_empty(weight.shape) if weight_grad and weight is not None else None
     dbias = x.new_empty(normalized_shape) if bias_grad else None
+    workspace = _workspace(norm, x, rows, h, dweight is not None, dbias is not None)
     first = stats.data_ptr()
     device = x.get_device()
     _backward_raw(
@@ -330,6 +352,8 @@ def _core_backward(
         dx.data_ptr(),
         _pointer(dweight),
         _pointer(dbias),
+        _pointer(workspace),
+        workspace.numel() if workspace is not None else 0,
         current_raw_stream(device) if device >= 0 else 0,
     )
     empty = x.new_empty(0)
@@ -483,6 +507,8 @@ def backward(
     mode: str,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(dx, dweight, dbias); dweight/dbias are empty where not asked for."""
+    if norm.rms and bias_grad:
+        raise InvalidArgumentError("rmsnorm has no bias, so there is no bias gradient")
     if grad.shape != x.shape or (grad_sum is not None and grad_sum.shape != x.shape):
         raise InvalidArgumentError(
             f"{norm.op} backward: grad {list(grad.shape)} and grad_sum must have the input's "
