@@ -264,6 +264,13 @@ def host_overhead(calls: int = 3000) -> dict[str, float]:
     return best
 
 
+def _version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:  # run from a source tree
+        return "source"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--out", type=Path, default=Path("."), help="directory of the JSON")
@@ -279,7 +286,7 @@ def main() -> None:
         "gpu": props.name,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "xpuruntime_core": metadata.version("xpuruntime-core"),
+        "xpuruntime_core": _version("xpuruntime-core"),
     }
     print(f"{props.name} | torch {torch.__version__} | CUDA {torch.version.cuda}")
     copy_before = copy_bandwidth()
