@@ -575,26 +575,34 @@ __global__ void __launch_bounds__(256) norm_backward_columns_generic(const Backw
 }
 
 // out[c] = sum over partial rows of partial[r][c], in a fixed order. blockIdx.y picks
-// (dweight, dbias). Block (32 columns, 8 row lanes).
+// (dweight, dbias). Block (32 columns, 32 row lanes); each lane keeps four independent sums
+// so that its loads are in flight together (this kernel is latency-bound otherwise).
+constexpr int kFinalizeLanes = 32;
+
 template <typename T>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(32 * kFinalizeLanes)
     norm_partials_finalize(const float* partial_w, const float* partial_b, int partials, int h,
                            T* out_w, T* out_b) {
-  __shared__ float tile[8][33];
+  __shared__ float tile[kFinalizeLanes][33];
   const float* partial = blockIdx.y == 0 ? partial_w : partial_b;
   T* out = blockIdx.y == 0 ? out_w : out_b;
   const int col = static_cast<int>(blockIdx.x) * 32 + static_cast<int>(threadIdx.x);
-  float s = 0.0f;
+  float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (partial != nullptr && col < h) {
-    for (int r = static_cast<int>(threadIdx.y); r < partials; r += 8) {
-      s += partial[static_cast<long long>(r) * h + col];
+    int r = static_cast<int>(threadIdx.y);
+    for (; r + 3 * kFinalizeLanes < partials; r += 4 * kFinalizeLanes) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        s[k] += partial[static_cast<long long>(r + k * kFinalizeLanes) * h + col];
+      }
     }
+    for (; r < partials; r += kFinalizeLanes) s[0] += partial[static_cast<long long>(r) * h + col];
   }
-  tile[threadIdx.y][threadIdx.x] = s;
+  tile[threadIdx.y][threadIdx.x] = (s[0] + s[1]) + (s[2] + s[3]);
   __syncthreads();
   if (threadIdx.y == 0 && partial != nullptr && col < h) {
     float total = 0.0f;
-    for (int k = 0; k < 8; ++k) total += tile[k][threadIdx.x];
+    for (int k = 0; k < kFinalizeLanes; ++k) total += tile[k][threadIdx.x];
     out[col] = static_cast<T>(total);
   }
 }
@@ -621,9 +629,6 @@ int round_up_pow2(int v) {
 
 // Forward blocks of 128 threads: small rows share a block (4 one-warp rows, 2 two-warp rows).
 int forward_rows_per_block(int warps) { return warps == 1 ? 4 : warps == 2 ? 2 : 1; }
-// Backward blocks of 256 threads for rows up to 4 warps: a persistent block writes one
-// partial dweight/dbias row, so fewer, larger blocks mean less partial traffic.
-int backward_rows_per_block(int warps) { return warps <= 4 ? 8 / warps : 1; }
 
 // Forward: up to 8 vectors (128 bytes) per thread; rows of up to 256 vectors take one warp
 // (4 rows per block), longer rows as many warps as 8 vectors per thread need (<= 16, so
@@ -654,7 +659,7 @@ bool backward_shape(int vectors, int elems, Shape* s) {
     s->warps = (vectors + 32 * s->vec - 1) / (32 * s->vec);
   }
   if (s->warps > 16) return false;
-  s->rows_per_block = backward_rows_per_block(s->warps);
+  s->rows_per_block = 1;  // plan_backward packs short rows into larger blocks
   return true;
 }
 
@@ -790,7 +795,7 @@ void finalize(const void* kernel, const BackwardParams& p, int partials,
   void* out_b = want_b ? a.dbias : nullptr;
   void* args[] = {&partial_w, &partial_b, &partials, &h, &out_w, &out_b};
   const dim3 grid(static_cast<unsigned>((h + 31) / 32), want_b ? 2 : 1);
-  XRT_CUDA_CHECK(cudaLaunchKernel(kernel, grid, dim3(32, 8), args, 0, stream));
+  XRT_CUDA_CHECK(cudaLaunchKernel(kernel, grid, dim3(32, kFinalizeLanes), args, 0, stream));
 }
 
 }  // namespace
@@ -849,6 +854,15 @@ NormLaunch norm_forward(const NormForwardArgs& a, void* stream) {
 }
 
 namespace {
+// Shared memory of a backward block: the reduction slots, or the gather of its groups'
+// accumulators at the end when it holds several rows (the larger; they are not live together).
+std::size_t backward_smem(const Shape& shape, int h) {
+  const std::size_t slots = sizeof(float2) * 2 * shape.warps * shape.rows_per_block;
+  const std::size_t gather =
+      shape.rows_per_block > 1 ? sizeof(float) * shape.rows_per_block * h : 0;
+  return std::max(slots, gather);
+}
+
 // How a backward call runs: the vectorised persistent kernel (grid = resident blocks, one
 // partial row each) or the generic kernels (dx per row, dweight/dbias over row chunks).
 struct BackwardPlan {
@@ -871,15 +885,26 @@ BackwardPlan plan_backward(const NormBackwardArgs& a, const DeviceInfo& dev, boo
   plan.vectorised = aligned && h % elems == 0 && backward_shape(h / elems, elems, &plan.shape);
   plan.kernels = kernels_for(a.dtype, 8, plan.vectorised ? plan.shape.vec : 1, rms);
   if (plan.vectorised) {
-    const Shape& shape = plan.shape;
+    // A persistent block writes one partial dweight/dbias row, so short rows share blocks:
+    // of the block sizes up to 512 threads, the one keeping the most threads resident per
+    // SM, and of those the largest (fewest blocks, fewest partial rows).
+    Shape& shape = plan.shape;
+    int best_threads = 0;
+    for (int groups = 1; groups * shape.warps <= 16 && groups <= 15; ++groups) {
+      Shape candidate = shape;
+      candidate.rows_per_block = groups;
+      const std::size_t smem = backward_smem(candidate, h);
+      const int resident =
+          blocks_per_sm(plan.kernels.backward_vec, dev.device, candidate.threads(), smem);
+      if (resident * candidate.threads() >= best_threads) {
+        best_threads = resident * candidate.threads();
+        plan.shape.rows_per_block = groups;
+        plan.smem = smem;
+        plan.grid = resident;  // per SM, for now
+      }
+    }
     const long long groups = (a.rows + shape.rows_per_block - 1) / shape.rows_per_block;
-    const std::size_t slots = sizeof(float2) * 2 * shape.warps * shape.rows_per_block;
-    const std::size_t gather =
-        shape.rows_per_block > 1 ? sizeof(float) * shape.rows_per_block * h : 0;
-    plan.smem = std::max(slots, gather);
-    const int resident =
-        blocks_per_sm(plan.kernels.backward_vec, dev.device, shape.threads(), plan.smem);
-    plan.grid = std::max<long long>(1, std::min<long long>(groups, 1LL * resident * dev.sms));
+    plan.grid = std::max<long long>(1, std::min<long long>(groups, plan.grid * dev.sms));
     plan.partials = plan.grid;
   } else {
     plan.grid = grid_for(a.rows);
