@@ -19,7 +19,8 @@ from collections.abc import Sequence
 
 from torch import Tensor
 
-from xpuruntime.pytorch.ops._norms import LAYERNORM, normalized_list, run_norm
+from xpuruntime.pytorch.ops._norm_kernels import LAYERNORM
+from xpuruntime.pytorch.ops._norms import normalized_list, run_norm
 
 __all__ = ["fused_add_layernorm", "fused_layernorm"]
 

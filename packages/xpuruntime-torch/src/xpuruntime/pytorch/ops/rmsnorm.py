@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 from torch import Tensor
 
-from xpuruntime.pytorch.ops._norms import RMSNORM, default_eps, normalized_list, run_norm
+from xpuruntime.pytorch.ops._norm_kernels import RMSNORM
+from xpuruntime.pytorch.ops._norms import default_eps, normalized_list, run_norm
 
 __all__ = ["fused_add_rmsnorm", "fused_rmsnorm"]
 
