@@ -36,8 +36,7 @@ std::vector<KernelDef> cuda_matmul_kernels() {
 void register_builtin_kernels(KernelRegistry& registry) {
   for (auto& def : cuda_matmul_kernels()) registry.add(std::move(def));
   registry.add(cpu_matmul_kernel());
-  registry.add(xrt_layernorm_kernel());
-  registry.add(cpu_layernorm_kernel());
+  for (auto& def : norm_kernels()) registry.add(std::move(def));
 }
 
 double median_host_ms(int repeats, const std::function<void()>& body) {

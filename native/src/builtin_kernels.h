@@ -8,11 +8,9 @@
 namespace xrt {
 
 KernelDef cpu_matmul_kernel();
-KernelDef cpu_layernorm_kernel();
-// The reference CPU layer norm, shared by the "cpu" and "xrt" layernorm kernels.
-std::string run_cpu_layernorm(const KernelCall& call);
-// "xrt" layernorm: xpuruntime's own kernel, CUDA (fp32/fp16/bf16) and CPU (fp32/fp64).
-KernelDef xrt_layernorm_kernel();
+// layernorm, rmsnorm and their _backward ops: "xrt" (xpuruntime's CUDA kernels for
+// fp32/fp16/bf16, the CPU reference for fp32/fp64) then "cpu" (the CPU reference).
+std::vector<KernelDef> norm_kernels();
 #if XPURUNTIME_WITH_CUDA
 // cuBLASLt first, then cuBLAS: registration order is FirstSupported's order.
 std::vector<KernelDef> cuda_matmul_kernels();

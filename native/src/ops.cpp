@@ -44,7 +44,7 @@ OpResult matmul(const Tensor& a, const Tensor& b, const PolicyChoice& policy, vo
   }
   require_same(a, b, "matmul", "a", "b");
   OpQuery query{"matmul", {a.shape[0], a.shape[1], b.shape[1]}, a.dtype, a.device};
-  KernelCall call{{&a, &b}, {}, nullptr, stream};
+  KernelCall call{{&a, &b}, {}, nullptr, stream, {}};
   // Resolve before allocating: a pin that cannot run must not touch the pool.
   Dispatcher::instance().resolve(query, policy.kernel, policy.mode, policy.strategy);
   return run_resolved(query, policy, call,
@@ -65,7 +65,7 @@ OpResult layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, do
   require_same(x, weight, "layernorm", "x", "weight");
   require_same(x, bias, "layernorm", "x", "bias");
   OpQuery query{"layernorm", x.shape, x.dtype, x.device};
-  KernelCall call{{&x, &weight, &bias}, {eps}, nullptr, stream};
+  KernelCall call{{&x, &weight, &bias}, {eps}, nullptr, stream, {}};
   Dispatcher::instance().resolve(query, policy.kernel, policy.mode, policy.strategy);
   return run_resolved(query, policy, call, Tensor::empty(x.shape, x.dtype, x.device, stream));
 }

@@ -25,6 +25,8 @@ struct KernelCall {
   std::vector<double> scalars;
   Tensor* output = nullptr;
   void* stream = nullptr;
+  // Further results of ops with several (norm statistics); null entries are not wanted.
+  std::vector<Tensor*> extra_outputs;
 };
 
 struct KernelDef {

@@ -83,7 +83,7 @@ KernelDef cpu_matmul_kernel() {
     Tensor c = Tensor::empty({q.shape[0], q.shape[2]}, q.dtype, cpu);
     std::memset(a.data, 0, a.nbytes());
     std::memset(b.data, 0, b.nbytes());
-    KernelCall call{{&a, &b}, {}, &c, nullptr};
+    KernelCall call{{&a, &b}, {}, &c, nullptr, {}};
     return median_host_ms(3, [&] { run_cpu_matmul(call); });
   };
   return def;

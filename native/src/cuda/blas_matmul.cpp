@@ -336,7 +336,7 @@ std::function<double(const OpQuery&)> measurer(std::string (*run)(const KernelCa
     DeviceGuard guard(dev.index);
     cuda::fill_uniform(a.data, q.dtype, static_cast<std::size_t>(a.numel()), 1, nullptr);
     cuda::fill_uniform(b.data, q.dtype, static_cast<std::size_t>(b.numel()), 2, nullptr);
-    KernelCall call{{&a, &b}, {}, &c, nullptr};
+    KernelCall call{{&a, &b}, {}, &c, nullptr, {}};
     run(call);
     cudaEvent_t start = nullptr, stop = nullptr;
     XRT_CUDA_CHECK(cudaEventCreate(&start));

@@ -12,9 +12,4 @@ namespace xrt::cuda {
 // flatter tensor cores). float32, float16 and bfloat16.
 void fill_uniform(void* data, DType dtype, std::size_t count, std::uint32_t seed, void* stream);
 
-// y = (x - mean) / sqrt(var + eps) * weight + bias over rows of length d; fp32 statistics.
-// float32, float16 and bfloat16.
-void layernorm(const void* x, const void* weight, const void* bias, void* y, DType dtype,
-               std::int64_t rows, std::int64_t d, double eps, void* stream);
-
 }  // namespace xrt::cuda

@@ -154,4 +154,5 @@ PYBIND11_MODULE(_core, m) {
   xrt_py::bind_tensors(m);
   xrt_py::bind_runtime(m);
   xrt_py::bind_python_kernels(m);
+  xrt_py::bind_norms(m);
 }

@@ -81,8 +81,9 @@ py::object to_capsule(const xrt::Tensor& t, py::object stream, py::object max_ve
   return py::reinterpret_steal<py::object>(capsule);
 }
 
-// (op, kernel, library, mode, reason, shape, dtype, device): the field order of the Python
-// Decision dataclass, so building one costs a positional call.
+void* as_stream(std::uintptr_t handle) { return reinterpret_cast<void*>(handle); }
+}  // namespace
+
 py::tuple decision_tuple(const xrt::Decision& d) {
   return py::make_tuple(d.op, d.kernel, d.library, d.mode, d.reason, d.shape, d.dtype, d.device);
 }
@@ -91,9 +92,6 @@ xrt::PolicyChoice policy_choice(const std::string& kernel, const std::string& mo
                                 const std::string& strategy) {
   return {kernel, xrt::mode_from_name(mode), xrt::strategy_from_name(strategy)};
 }
-
-void* as_stream(std::uintptr_t handle) { return reinterpret_cast<void*>(handle); }
-}  // namespace
 
 void bind_tensors(py::module_& m) {
   py::class_<xrt::Tensor>(m, "Tensor", "A contiguous tensor shared through DLPack without copies.")

@@ -300,3 +300,36 @@ def test_fingerprint_names_gpu_driver_and_cublas() -> None:
     assert fp["driver"]
     assert fp["cuda_runtime"]
     assert fp["cublaslt"] is not None, "cuBLASLt was not found by the loader"
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
+def test_xrt_norm_forward_and_backward_match_the_cpu_kernel(  # type: ignore[no-untyped-def]
+    torch, norm: str, dtype_name: str
+) -> None:
+    dtype = getattr(torch, dtype_name)
+    x, residual, dy, dsum = (torch.randn(65, 1000, device="cuda").to(dtype) for _ in range(4))
+    w = (torch.randn(1000, device="cuda") * 0.3 + 1).to(dtype)
+    forward = ops.layernorm_forward if norm == "layernorm" else ops.rmsnorm_forward
+    policy = KernelPolicy(**{norm: "xrt"})
+    got = forward(x, w, eps=1e-5, residual=residual, policy=policy)
+    assert ops.last_decision().device == "cuda:0"  # type: ignore[union-attr]
+    cpu = forward(x.cpu().float(), w.cpu().float(), eps=1e-5, residual=residual.cpu().float())
+    tol = {"float32": 1e-4, "bfloat16": 3e-2}[dtype_name]
+    torch.testing.assert_close(got.y.cpu().float(), cpu.y, rtol=tol, atol=tol * 4)
+    torch.testing.assert_close(got.sum.float(), (x + residual).float())
+    if norm == "layernorm":
+        grads = ops.layernorm_backward(dy, got.sum, w, got.mean, got.rstd, dsum=dsum, policy=policy)
+    else:
+        grads = ops.rmsnorm_backward(dy, got.sum, w, got.rstd, dsum=dsum, policy=policy)
+    assert grads.dx.dtype == dtype
+    assert grads.dweight.shape == (1000,)
+    reference = (
+        torch.nn.functional.layer_norm if norm == "layernorm" else torch.nn.functional.rms_norm
+    )
+    s = got.sum.float().requires_grad_()
+    wf = w.float().requires_grad_()
+    y = reference(s, [1000], wf, eps=1e-5)
+    dx, dw = torch.autograd.grad(y, (s, wf), dy.float())
+    torch.testing.assert_close(grads.dx.float(), dx + dsum.float(), rtol=tol, atol=tol * 4)
+    torch.testing.assert_close(grads.dweight.float(), dw, rtol=tol, atol=tol * 40)

@@ -11,6 +11,18 @@ from typing import Any
 
 from xpuruntime.ops._calls import last_decision, note, stream_for
 from xpuruntime.ops.attention import attention, attention_backward
+from xpuruntime.ops.norms import (
+    NormGrads,
+    NormOutput,
+    add_layernorm,
+    add_rmsnorm,
+    layernorm,
+    layernorm_backward,
+    layernorm_forward,
+    rmsnorm,
+    rmsnorm_backward,
+    rmsnorm_forward,
+)
 from xpuruntime.policies import KernelPolicy
 from xpuruntime.runtime.dispatch import policy_choice
 from xpuruntime.runtime.native import core
@@ -18,7 +30,22 @@ from xpuruntime.runtime.record import ExecutionRecord
 from xpuruntime.runtime.streams import StreamLike
 from xpuruntime.runtime.tensor import from_dlpack, like_input
 
-__all__ = ["attention", "attention_backward", "last_decision", "layernorm", "matmul"]
+__all__ = [
+    "NormGrads",
+    "NormOutput",
+    "add_layernorm",
+    "add_rmsnorm",
+    "attention",
+    "attention_backward",
+    "last_decision",
+    "layernorm",
+    "layernorm_backward",
+    "layernorm_forward",
+    "matmul",
+    "rmsnorm",
+    "rmsnorm_backward",
+    "rmsnorm_forward",
+]
 
 
 def matmul(
@@ -43,29 +70,3 @@ def matmul(
     )
     note(decision, detail, record)
     return like_input(out, a)
-
-
-def layernorm(
-    x: Any,
-    weight: Any,
-    bias: Any,
-    eps: float = 1e-5,
-    *,
-    policy: KernelPolicy | None = None,
-    stream: StreamLike = None,
-    record: ExecutionRecord | None = None,
-) -> Any:
-    """Layer normalisation of ``x`` over its last dimension: (x - mean) / sqrt(var + eps) * weight + bias."""
-    kernel, mode, strategy = policy_choice("layernorm", policy)
-    out, decision, detail = core().layernorm(
-        from_dlpack(x),
-        from_dlpack(weight),
-        from_dlpack(bias),
-        eps,
-        kernel,
-        mode,
-        strategy,
-        stream_for(x, stream),
-    )
-    note(decision, detail, record)
-    return like_input(out, x)

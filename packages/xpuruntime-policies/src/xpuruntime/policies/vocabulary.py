@@ -126,6 +126,9 @@ BUILTIN_KERNELS: tuple[KernelSpec, ...] = (
     _kernel(
         "layernorm", "cpu", "cpu", "cpu", "onnxruntime openvino torch xpuruntime", "CPU layer norm"
     ),
+    _kernel("rmsnorm", "xrt", "xpuruntime", "cpu cuda", "torch xpuruntime", "xpuruntime kernel"),
+    _kernel("rmsnorm", "torch", "torch", "cpu cuda", "torch", "PyTorch's own rms_norm"),
+    _kernel("rmsnorm", "cpu", "cpu", "cpu", "torch xpuruntime", "CPU reference RMS norm"),
     _kernel("conv", "cudnn", "cuda", "cuda", "onnxruntime torch", "cuDNN convolution"),
     _kernel("conv", "onednn", "cpu", "cpu", "openvino torch", "oneDNN convolution"),
     _kernel("conv", "torch", "torch", "cpu cuda", "torch", "PyTorch's own convolution"),

@@ -7,7 +7,7 @@ Each name says which release brought the API; callers use these instead of probi
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,8 @@ __all__ = [
     "PROFILER_OPTIONS",
     "SDPBackend",
     "autograd_inside_kernel",
+    "current_raw_stream",
+    "is_compiling",
     "private_api",
     "restrict_sdpa",
 ]
@@ -52,6 +54,29 @@ else:
 
 # torch.library.custom_op / register_autograd / register_fake: PyTorch 2.4+.
 HAS_CUSTOM_OP = hasattr(torch.library, "custom_op")
+
+
+def _dynamo_is_compiling() -> bool:
+    import torch._dynamo  # imported only on PyTorch < 2.3, and only when asked
+
+    return bool(torch._dynamo.is_compiling())
+
+
+# Whether dynamo is tracing the caller: torch.compiler.is_compiling (2.3+), else dynamo's own.
+is_compiling: Callable[[], bool] = getattr(torch.compiler, "is_compiling", _dynamo_is_compiling)
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def current_raw_stream(device_index: int) -> int:
+    """The current ``cudaStream_t`` of a CUDA device, as an int.
+
+    CUDA builds of PyTorch expose it without building a Stream object (what compiled code
+    uses); ``torch.cuda.current_stream`` is the slower public route.
+    """
+    if _raw_stream is not None:
+        return int(_raw_stream(device_index))
+    return int(torch.cuda.current_stream(device_index).cuda_stream)
 
 
 # One profiling cycle per torch.profiler.profile here; asking to keep events (2.5+) avoids

@@ -40,7 +40,8 @@ LIBRARY_KERNEL = {
 # aten op name fragments -> policy op family; the innermost matching profiler op is used.
 _OP_FAMILIES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("attention", "sdpa", "flash"), "attention"),
-    (("layer_norm", "fused_layernorm"), "layernorm"),
+    (("layer_norm", "layernorm"), "layernorm"),
+    (("rms_norm", "rmsnorm"), "rmsnorm"),
     (("conv",), "conv"),
     (("mm", "matmul", "linear", "gemm"), "matmul"),
 )

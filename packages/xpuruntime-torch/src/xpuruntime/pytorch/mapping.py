@@ -13,6 +13,7 @@ policy vocabulary, so the listing says exactly what this module accepts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ __all__ = [
     "CONV_KERNELS",
     "LAYERNORM_KERNELS",
     "MATMUL_LIBRARIES",
+    "RMSNORM_KERNELS",
     "Plan",
     "PlannedSetting",
     "Unapplicable",
@@ -67,9 +69,10 @@ ATTENTION_DEVICES = {
     XRT_ATTENTION_KERNEL: xrt_attention_devices(),
 }
 
-# ops.fused_layernorm kernels -> devices: the core's ("xrt"; "cpu" is its CPU reference) or
-# PyTorch's.
+# ops.fused_layernorm / fused_rmsnorm kernels -> devices: the core's ("xrt"; "cpu" is its CPU
+# reference) or PyTorch's.
 LAYERNORM_KERNELS = {"xrt": _ANY, "cpu": _CPU, "torch": _ANY}
+RMSNORM_KERNELS = LAYERNORM_KERNELS
 
 # conv kernel -> (the switch enabling its library for PyTorch's convolutions, devices).
 CONV_KERNELS = {"cudnn": ("cudnn.enabled", _CUDA), "onednn": ("mkldnn.enabled", _CPU)}
@@ -79,6 +82,7 @@ _KERNEL_DEVICES: dict[str, dict[str, frozenset[str]]] = {
     "matmul": {"torch": _ANY, MATMUL_CPU: _CPU, **dict.fromkeys(MATMUL_LIBRARIES, _CUDA)},
     "attention": ATTENTION_DEVICES,  # fused_attention without a kernel: PyTorch's choice
     "layernorm": LAYERNORM_KERNELS,
+    "rmsnorm": RMSNORM_KERNELS,
     "conv": {"torch": _ANY, **{kernel: devices for kernel, (_, devices) in CONV_KERNELS.items()}},
 }
 
@@ -149,6 +153,9 @@ class Plan:
         return merged
 
 
+_Planner = Callable[[str, str, Plan], None]
+
+
 def _default_note(op: str) -> str:
     return f"{op}: PyTorch's default selection, nothing switched"
 
@@ -204,17 +211,15 @@ def _plan_attention(kernel: str, mode: str, out: Plan) -> None:
     out.settings.append(PlannedSetting("attention", kernel, writes, note, mode))
 
 
-def _plan_layernorm(kernel: str, mode: str, out: Plan) -> None:
-    out.settings.append(
-        PlannedSetting(
-            "layernorm",
-            kernel,
-            {},
-            "selects the kernel of xpuruntime.pytorch.ops.fused_layernorm; "
-            "torch.nn.LayerNorm keeps PyTorch's kernel (aten ops are never overridden)",
-            mode,
+def _norm_planner(op: str, module: str) -> _Planner:
+    def plan_norm(kernel: str, mode: str, out: Plan) -> None:
+        note = (
+            f"selects the kernel of xpuruntime.pytorch.ops.fused_{op} (and fused_add_{op}); "
+            f"{module} keeps PyTorch's kernel (aten ops are never overridden)"
         )
-    )
+        out.settings.append(PlannedSetting(op, kernel, {}, note, mode))
+
+    return plan_norm
 
 
 def _plan_conv(kernel: str, mode: str, out: Plan) -> None:
@@ -226,10 +231,11 @@ def _plan_conv(kernel: str, mode: str, out: Plan) -> None:
         out.settings.append(PlannedSetting("conv", kernel, {}, _default_note("conv"), mode))
 
 
-_OP_PLANNERS = {
+_OP_PLANNERS: dict[str, _Planner] = {
     "matmul": _plan_matmul,
     "attention": _plan_attention,
-    "layernorm": _plan_layernorm,
+    "layernorm": _norm_planner("layernorm", "torch.nn.LayerNorm"),
+    "rmsnorm": _norm_planner("rmsnorm", "torch.nn.RMSNorm"),
     "conv": _plan_conv,
 }
 

@@ -44,6 +44,7 @@ from xpuruntime.policies import (
     layered_policy,
 )
 from xpuruntime.policies.conflicts import device_kind
+from xpuruntime.pytorch._compat import is_compiling
 from xpuruntime.pytorch.mapping import Plan, PlannedSetting, plan
 from xpuruntime.pytorch.switches import SWITCHES, read_all, torch_version, write_changed
 from xpuruntime.runtime.fingerprint import environment_fingerprint, fingerprint_hash
@@ -393,9 +394,29 @@ def current_record() -> ExecutionRecord:
 
 def requested_kernel(op: str) -> tuple[str, str]:
     """(kernel, mode) the policy in effect asks of ``op`` where it runs; ("auto", "auto")
-    when it names none, or when the entry could not be honoured at all when it was set."""
-    kernel_policy = _state.kernel_policy
-    if kernel_policy is None or op in _state.unapplied:
+    when it names none, or when the entry could not be honoured at all when it was set.
+
+    Ops ask on every call: the answer is cached per applied policy state (a new policy is a
+    new state), except while dynamo traces, which must see the plain reads.
+    """
+    state = _state
+    if is_compiling():
+        return _requested_of(state, op)
+    cached = _requested.get(op)
+    if cached is not None and cached[0] is state:
+        return cached[1]
+    answer = _requested_of(state, op)
+    _requested[op] = (state, answer)
+    return answer
+
+
+# op -> (the policy state it was read from, (kernel, mode)).
+_requested: dict[str, tuple[_State, tuple[str, str]]] = {}
+
+
+def _requested_of(state: _State, op: str) -> tuple[str, str]:
+    kernel_policy = state.kernel_policy
+    if kernel_policy is None or op in state.unapplied:
         return "auto", "auto"
     kernel = kernel_policy.get(op)
     if kernel is None or kernel == "auto":
