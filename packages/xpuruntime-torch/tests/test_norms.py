@@ -19,10 +19,10 @@ from xpuruntime.pytorch.ops import (
     fused_rmsnorm,
 )
 from xpuruntime.runtime.errors import (
-    FallbackError,
     InvalidArgumentError,
     UnsupportedOperationError,
 )
+from xpuruntime.runtime.record import FallbackWarning
 
 OPS = torch.ops.xpuruntime
 
@@ -250,13 +250,23 @@ def test_a_new_policy_decides_again() -> None:
         assert [d.kernel for d in record.decisions] == ["cpu"]
 
 
-def test_pinned_core_kernel_on_unsupported_dtype_raises() -> None:
+def test_pinned_core_kernel_on_unsupported_dtype_raises_under_error() -> None:
     x = torch.randn(3, 8, dtype=torch.bfloat16)
     with (
-        xrt_torch.kernel_policy(rmsnorm="xrt"),
-        pytest.raises(UnsupportedOperationError, match=r"rmsnorm pinned to 'xrt'.*bfloat16"),
+        xrt_torch.kernel_policy(rmsnorm="xrt", exec_policy=ExecutionPolicy(fallback="error")),
+        pytest.raises(UnsupportedOperationError, match=r"pins rmsnorm='xrt'.*bfloat16"),
     ):
         fused_rmsnorm(x, [8])
+
+
+def test_pinned_core_kernel_on_unsupported_dtype_warns_and_records_under_warn() -> None:
+    x = torch.randn(3, 8, dtype=torch.bfloat16)
+    with (
+        xrt_torch.kernel_policy(rmsnorm="xrt") as record,
+        pytest.warns(FallbackWarning, match="bfloat16"),
+    ):
+        torch.testing.assert_close(fused_rmsnorm(x, [8]), F.rms_norm(x, [8]))
+    assert [(f.requested, f.chosen, f.mode) for f in record.fallbacks] == [("xrt", "torch", "warn")]
 
 
 def test_auto_on_unsupported_dtype_runs_pytorch_and_says_why() -> None:
@@ -271,7 +281,7 @@ def test_mixed_weight_dtype_is_refused_by_the_core_kernel() -> None:
     x = torch.randn(3, 8, dtype=torch.float64)
     w = torch.randn(8, dtype=torch.float32)
     with (
-        xrt_torch.kernel_policy(layernorm="xrt"),
+        xrt_torch.kernel_policy(layernorm="xrt", exec_policy=ExecutionPolicy(fallback="error")),
         pytest.raises(UnsupportedOperationError, match=r"weight is torch\.float32 but the input"),
     ):
         fused_layernorm(x, [8], w)
@@ -280,9 +290,10 @@ def test_mixed_weight_dtype_is_refused_by_the_core_kernel() -> None:
 def test_preferred_kernel_falls_back_per_fallback_mode() -> None:
     x = torch.randn(3, 8, dtype=torch.bfloat16)
     policy = KernelPolicy(rmsnorm=OpPolicy(kernel="xrt", mode="prefer"))
+    # A preferred kernel accepts a fallback by definition: warned under 'error' and 'warn'.
     with (
         xrt_torch.kernel_policy(policy, exec_policy=ExecutionPolicy(fallback="error")),
-        pytest.raises(FallbackError, match="rmsnorm"),
+        pytest.warns(FallbackWarning, match="rmsnorm"),
     ):
         fused_rmsnorm(x, [8])
     with xrt_torch.kernel_policy(policy, exec_policy=ExecutionPolicy(fallback="allow")) as record:
