@@ -16,6 +16,10 @@ from xpuruntime.runtime.errors import XpuRuntimeError
 __all__ = ["attention_backward", "attention_forward", "attention_unsupported"]
 
 
+def _dtype_name(tensor: Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
 # Attention: (batch, heads, seq, head_dim) tensors as PyTorch's SDPA takes them. The launcher
 # is called directly (no DLPack round trip); the dispatcher answers whether it can run.
 

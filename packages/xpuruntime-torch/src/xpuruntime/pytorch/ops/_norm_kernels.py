@@ -33,7 +33,6 @@ from xpuruntime.pytorch.ops._policy import describe, fall_back
 from xpuruntime.runtime.dispatch import dispatcher
 from xpuruntime.runtime.errors import (
     InvalidArgumentError,
-    UnsupportedOperationError,
     XpuRuntimeError,
 )
 from xpuruntime.runtime.native import core
