@@ -35,9 +35,14 @@ void matmul_rows(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* 
 template <typename T>
 void matmul_threads(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
                     std::int64_t m, std::int64_t k, std::int64_t n) {
-  const auto hw = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
   // Threads pay off only when each gets a few million multiply-adds.
   const double work = static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
+  if (work < (1 << 21)) {
+    matmul_rows(a, lda, b, ldb, c, 0, m, k, n);
+    return;
+  }
+  // hardware_concurrency() reads /sys on every call: once is enough.
+  static const auto hw = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
   const std::int64_t threads =
       std::min<std::int64_t>({hw, m, std::max<std::int64_t>(1, static_cast<std::int64_t>(work / (1 << 21)))});
   if (threads <= 1) {

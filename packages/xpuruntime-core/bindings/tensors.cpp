@@ -79,15 +79,24 @@ xrt::Tensor from_dlpack(py::object obj) {
   }
   // Ask for a versioned capsule (DLPack 1.x: read-only arrays such as numpy views of
   // broadcasts can be exported); producers that predate max_version get the legacy call.
+  // The keyword arguments are built once: this runs on every op call.
+  static PyObject* const kwargs = [] {
+    PyObject* d = PyDict_New();
+    PyObject* version = Py_BuildValue("(ii)", 1, 1);
+    PyDict_SetItemString(d, "max_version", version);
+    Py_DECREF(version);
+    return d;
+  }();
+  static PyObject* const empty = PyTuple_New(0);
   py::object method = obj.attr("__dlpack__");
-  py::object capsule;
-  try {
-    capsule = method(py::arg("max_version") = py::make_tuple(1, 1));
-  } catch (py::error_already_set& e) {
-    if (!e.matches(PyExc_TypeError)) throw;
-    capsule = method();
+  PyObject* result = PyObject_Call(method.ptr(), empty, kwargs);
+  if (result == nullptr) {
+    if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw py::error_already_set();
+    PyErr_Clear();
+    result = PyObject_CallNoArgs(method.ptr());
+    if (result == nullptr) throw py::error_already_set();
   }
-  return from_capsule(capsule);
+  return from_capsule(py::reinterpret_steal<py::object>(result));
 }
 
 py::tuple dlpack_device(const xrt::Tensor& t) {

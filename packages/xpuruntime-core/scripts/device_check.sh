@@ -46,3 +46,8 @@ python3 -m pytest packages/xpuruntime-core/tests -p no:cacheprovider -q -rs >"$O
 echo "pytest rc=$?"; tail -25 "$OUT/pytest.log"
 
 python3 benchmarks/core_bench.py --json "$OUT/core_bench.json" 2>&1 | tee "$OUT/bench.log"
+
+# GEMM family (issue 12): host overhead, the cuBLASLt grid, fused epilogues.
+python3 benchmarks/op_overhead.py --device cuda --json "$OUT/op_overhead.json" 2>&1 | tee "$OUT/op_overhead.log"
+python3 benchmarks/cublaslt_grid.py ${GRID_ARGS:-} --json "$OUT/cublaslt_grid.json" 2>&1 | tee "$OUT/cublaslt_grid.log"
+python3 benchmarks/epilogues.py ${EPILOGUE_ARGS:-} --json "$OUT/epilogues.json" 2>&1 | tee "$OUT/epilogues.log"

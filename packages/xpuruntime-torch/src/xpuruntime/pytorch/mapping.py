@@ -41,6 +41,9 @@ ATTENTION_BACKENDS: dict[str, tuple[SDPBackend, str]] = {
 # ops.fused_layernorm kernels: the core's ("xrt") or PyTorch's.
 LAYERNORM_KERNELS = frozenset({"xrt", "cpu", "torch"})
 
+# ops.fused_linear kernels: the core's cuBLASLt epilogues, its CPU reference, or PyTorch's.
+LINEAR_KERNELS = frozenset({"cublasLt", "cpu", "torch"})
+
 CONV_KERNELS = {"cudnn": True}
 
 # ExecutionPolicy precision -> fp32 matmul/conv math allowed (reduced precisions accept TF32).
@@ -187,10 +190,33 @@ def _plan_conv(kernel: str, pinned: bool, out: Plan) -> None:
         )
 
 
+def _plan_linear(kernel: str, pinned: bool, out: Plan) -> None:
+    if kernel in PYTORCH_DEFAULT or kernel in LINEAR_KERNELS:
+        out.settings.append(
+            PlannedSetting(
+                "linear",
+                kernel,
+                {},
+                "selects the kernel of xpuruntime.pytorch.ops.fused_linear; "
+                "torch.nn.Linear keeps PyTorch's kernel (aten ops are never overridden)",
+            )
+        )
+    else:
+        out.unapplicable.append(
+            Unapplicable(
+                "linear",
+                kernel,
+                f"ops.fused_linear has kernels {sorted(LINEAR_KERNELS)}, not {kernel!r}",
+                pinned,
+            )
+        )
+
+
 _OP_PLANNERS = {
     "matmul": _plan_matmul,
     "attention": _plan_attention,
     "layernorm": _plan_layernorm,
+    "linear": _plan_linear,
     "conv": _plan_conv,
 }
 

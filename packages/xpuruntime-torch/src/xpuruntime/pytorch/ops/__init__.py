@@ -2,12 +2,13 @@
 ``xpuruntime``): autograd and fake implementations included, so they work under
 ``torch.compile`` and pass ``torch.library.opcheck``.
 
-The kernel each op runs comes from the kernel policy in effect (``attention`` and
-``layernorm`` entries) and is recorded as a decision in
+The kernel each op runs comes from the kernel policy in effect (``attention``,
+``layernorm`` and ``linear`` entries) and is recorded as a decision in
 :func:`xpuruntime.pytorch.current_record`.
 """
 
 from xpuruntime.pytorch.ops.attention import fused_attention
 from xpuruntime.pytorch.ops.layernorm import fused_layernorm
+from xpuruntime.pytorch.ops.linear import fused_linear
 
-__all__ = ["fused_attention", "fused_layernorm"]
+__all__ = ["fused_attention", "fused_layernorm", "fused_linear"]
