@@ -338,7 +338,9 @@ def native_asan(session: nox.Session) -> None:
     runtime = session.run("c++", "-print-file-name=libasan.so", silent=True, external=True).strip()
     ubsan = session.run("c++", "-print-file-name=libubsan.so", silent=True, external=True).strip()
     session.run(
-        "pytest", "-p", "no:cacheprovider", "packages/xpuruntime-core/tests/test_fuzz_sizes.py",
+        # -s: pytest's fd-level capture does not survive the ASan runtime (the run exits 1
+        # with no report); sanitizer reports go to the terminal either way.
+        "pytest", "-s", "-p", "no:cacheprovider", "packages/xpuruntime-core/tests/test_fuzz_sizes.py",
         "packages/xpuruntime-core/tests/test_sizes_and_strides.py",
         env={**asan_env, "LD_PRELOAD": f"{runtime}:{ubsan}", "PYTHONPATH": str(stage),
              "XPURUNTIME_FUZZ_EXAMPLES": "3000", "PYTHONMALLOC": "malloc"},

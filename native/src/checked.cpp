@@ -82,4 +82,38 @@ Extent checked_extent(const std::vector<std::int64_t>& shape,
   return e;
 }
 
+bool sizes_fit(const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>* strides,
+               std::size_t itemsize, std::int64_t* numel, Extent* extent) {
+  if (shape.size() > static_cast<std::size_t>(kMaxDims)) return false;
+  std::int64_t n = 1;
+  bool zero = false, overflow = false;
+  for (auto s : shape) {
+    if (s < 0) return false;
+    zero = zero || s == 0;
+    overflow = overflow || __builtin_mul_overflow(n, s, &n);
+  }
+  if (zero) n = 0;
+  std::int64_t bytes = 0;
+  if ((overflow && !zero) || __builtin_mul_overflow(n, static_cast<std::int64_t>(itemsize), &bytes) ||
+      bytes > kMaxBytes) {
+    return false;
+  }
+  *numel = n;
+  *extent = Extent{};
+  if (strides == nullptr || zero) return true;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    std::int64_t reach = 0;
+    if (__builtin_mul_overflow(shape[i] - 1, (*strides)[i], &reach)) return false;
+    std::int64_t& side = reach < 0 ? extent->low : extent->high;
+    if (__builtin_add_overflow(side, reach, &side)) return false;
+  }
+  std::int64_t span = 0;
+  if (__builtin_sub_overflow(extent->high, extent->low, &span) ||
+      __builtin_add_overflow(span, 1, &span) ||
+      __builtin_mul_overflow(span, static_cast<std::int64_t>(itemsize), &bytes) || bytes > kMaxBytes) {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace xrt

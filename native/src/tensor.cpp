@@ -154,11 +154,17 @@ Tensor Tensor::empty(const std::vector<std::int64_t>& shape, DType dtype, Device
   t.shape = shape;
   t.dtype = dtype;
   t.device = device;
-  const std::string what = std::string("empty ") + dtype_name(dtype);
-  const std::int64_t numel = checked_numel(shape, what);
+  std::int64_t numel = 0;
+  Extent unused;
+  if (!sizes_fit(shape, nullptr, dtype_size(dtype), &numel, &unused)) {
+    // The slow path builds the message; it throws for every shape sizes_fit refuses.
+    const std::string what = std::string("empty ") + dtype_name(dtype);
+    checked_nbytes(checked_numel(shape, what), dtype_size(dtype), what);
+    throw InvalidArgumentError(what + ": sizes exceed 64-bit arithmetic");  // not reached
+  }
   t.strides = contiguous_strides(shape);
-  const auto bytes =
-      static_cast<std::size_t>(std::max<std::int64_t>(checked_nbytes(numel, dtype_size(dtype), what), 1));
+  const auto bytes = static_cast<std::size_t>(
+      std::max<std::int64_t>(numel * static_cast<std::int64_t>(dtype_size(dtype)), 1));
   if (device.kind == DeviceKind::CUDA) {
     DeviceManager::instance().check_device(device);
     auto& pool = CachingAllocator::instance();
@@ -211,41 +217,47 @@ Tensor view_of(const DLTensor& dl, std::shared_ptr<void> holder) {
                                " but no shape array");
   }
   t.shape.assign(dl.shape, dl.shape + dl.ndim);
-  const std::string what = "DLPack tensor of shape " + t.shape_str();
-  const std::int64_t numel = checked_numel(t.shape, what);
-  const auto itemsize = static_cast<std::int64_t>(dtype_size(t.dtype));
-  checked_nbytes(numel, dtype_size(t.dtype), what);
   if (dl.strides != nullptr) {
     t.strides.assign(dl.strides, dl.strides + dl.ndim);
   } else {
     t.strides = Tensor::contiguous_strides(t.shape);  // DLPack: null strides = row-major
   }
-  const Extent extent = checked_extent(t.shape, t.strides, what);
-  std::int64_t reach = 0;
-  if (__builtin_sub_overflow(extent.high, extent.low, &reach)) {
-    throw InvalidArgumentError(what + ": strides " + t.strides_str() +
-                               " reach more than 2^63 - 1 elements");
+  const auto itemsize = static_cast<std::int64_t>(dtype_size(t.dtype));
+  std::int64_t numel = 0;
+  Extent extent;
+  if (!sizes_fit(t.shape, &t.strides, dtype_size(t.dtype), &numel, &extent)) {
+    // The slow path builds the message; it throws for every view sizes_fit refuses.
+    const std::string what = "DLPack tensor of shape " + t.shape_str();
+    checked_nbytes(checked_numel(t.shape, what), dtype_size(t.dtype), what);
+    const Extent e = checked_extent(t.shape, t.strides, what);
+    std::int64_t reach = 0;
+    if (__builtin_sub_overflow(e.high, e.low, &reach)) {
+      throw InvalidArgumentError(what + ": strides " + t.strides_str() +
+                                 " reach more than 2^63 - 1 elements");
+    }
+    checked_nbytes(checked_add(reach, 1, what), dtype_size(t.dtype),
+                   what + " with strides " + t.strides_str());
+    throw InvalidArgumentError(what + ": sizes exceed 64-bit arithmetic");  // not reached
   }
-  const std::int64_t span = checked_add(reach, 1, what);
-  checked_nbytes(span, dtype_size(t.dtype), what + " with strides " + t.strides_str());
+  const auto what = [&t] { return "DLPack tensor of shape " + t.shape_str(); };
   if (dl.byte_offset > static_cast<std::uint64_t>(kMaxBytes)) {
-    throw InvalidArgumentError(what + ": byte_offset " + std::to_string(dl.byte_offset) +
+    throw InvalidArgumentError(what() + ": byte_offset " + std::to_string(dl.byte_offset) +
                                " exceeds the 2^62-byte limit");
   }
   if (numel > 0) {
-    if (dl.data == nullptr) throw InvalidArgumentError(what + " has a null data pointer");
+    if (dl.data == nullptr) throw InvalidArgumentError(what() + " has a null data pointer");
     const auto first = reinterpret_cast<std::uintptr_t>(dl.data) + dl.byte_offset;
     // The lowest address the view reaches must not wrap around below zero.
     const std::uint64_t below = static_cast<std::uint64_t>(-extent.low) *
                                 static_cast<std::uint64_t>(itemsize);
     if (first < below || first > UINTPTR_MAX - static_cast<std::uint64_t>(extent.high) *
                                                     static_cast<std::uint64_t>(itemsize)) {
-      throw InvalidArgumentError(what + ": data pointer, byte_offset and strides reach outside "
+      throw InvalidArgumentError(what() + ": data pointer, byte_offset and strides reach outside "
                                  "the address space");
     }
     if (first % static_cast<std::uintptr_t>(itemsize) != 0) {
       throw UnsupportedOperationError(
-          what + " starts at an address not aligned to its " + std::to_string(itemsize) +
+          what() + " starts at an address not aligned to its " + std::to_string(itemsize) +
           "-byte elements; copy it first (numpy.ascontiguousarray(array), tensor.clone()).");
     }
   }

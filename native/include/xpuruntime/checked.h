@@ -35,6 +35,13 @@ struct Extent {
 Extent checked_extent(const std::vector<std::int64_t>& shape,
                       const std::vector<std::int64_t>& strides, const std::string& what);
 
+// The fast path of the checks above, building no message: true when the shape's product,
+// its bytes and (with `strides`) the view's extent and span all fit, with `numel` and
+// `extent` set. Callers run the checked_* functions (which throw with a message) only when
+// this returns false.
+bool sizes_fit(const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>* strides,
+               std::size_t itemsize, std::int64_t* numel, Extent* extent);
+
 std::string dims_text(const std::vector<std::int64_t>& dims);  // "[2, 3]"
 
 }  // namespace xrt

@@ -158,7 +158,11 @@ class Dispatcher:
         fields, status, layout = core().resolve(
             op, list(shape), dtype, device, kernel, mode, strategy
         )
-        return Decision(*fields, status=status, layout=layout)
+        name, chosen, library, how, reason, dims, dtype_name, device_name = fields
+        return Decision(
+            name, chosen, library, how, reason, dims, dtype_name, device_name,
+            status=status, layout=layout,
+        )  # fmt: skip
 
     def decisions(self) -> list[DecisionRecord]:
         """Every new resolution so far (with the algorithm the kernel chose), in order."""
