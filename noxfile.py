@@ -289,7 +289,7 @@ def native_asan(session: nox.Session) -> None:
     """The allocation/DLPack fuzz under AddressSanitizer + UBSan (non-default: long and heavy).
 
     Builds native/ CPU-only with -fsanitize=address,undefined, runs the C++ unit tests and a
-    long C++ fuzz pass (fuzz_tensor; ``-- N`` sets the iterations, default 300000 over four
+    long C++ fuzz pass (fuzz_tensor; ``-- N`` sets the iterations, default 200000 over four
     seeds), then the Python fuzz (test_fuzz_sizes.py, XPURUNTIME_FUZZ_EXAMPLES=3000) against
     an ASan build of the Python module with the ASan runtime preloaded. Not in CI: a
     sanitizer build plus the long runs take several minutes on two cores.
@@ -312,7 +312,7 @@ def native_asan(session: nox.Session) -> None:
     )  # fmt: skip
     session.run("cmake", "--build", str(build_dir), "--parallel")
     session.run("ctest", "--test-dir", str(build_dir), "--output-on-failure", env=asan_env)
-    iterations = session.posargs[0] if session.posargs else "300000"
+    iterations = session.posargs[0] if session.posargs else "200000"
     for seed in ("1", "2", "3", "4"):
         session.run(
             str(build_dir / "tests" / "fuzz_tensor"), iterations, seed, env=asan_env, external=True
