@@ -4,6 +4,7 @@
 #include <string>
 
 #include "xpuruntime/ops.h"
+#include "xpuruntime/profiler.h"
 
 namespace xrt::detail {
 
@@ -21,11 +22,7 @@ OpResult run_op(const OpQuery& query, const PolicyChoice& policy, KernelCall cal
 void note_last_call(const std::shared_ptr<const Decision>& decision, const std::string& detail);
 const LastCall& last_call();
 
-}  // namespace xrt::detail
-
-#include "xpuruntime/profiler.h"
-
-namespace xrt::detail {
+// ---- implementation ------------------------------------------------------------------------
 
 template <typename Allocate>
 OpResult run_op(const OpQuery& query, const PolicyChoice& policy, KernelCall call,
@@ -39,7 +36,12 @@ OpResult run_op(const OpQuery& query, const PolicyChoice& policy, KernelCall cal
   call.variant = query.variant;
   Profiler& profiler = Profiler::instance();
   const std::uint64_t start = profiler.begin_range(result.decision->range);
-  result.detail = result.decision->def->run(call);
+  try {
+    result.detail = result.decision->def->run(call);
+  } catch (...) {
+    profiler.end_range(result.decision->range, "op", start);  // keeps NVTX ranges balanced
+    throw;
+  }
   profiler.end_range(result.decision->range, "op", start);
   note_last_call(result.decision, result.detail);
   return result;
