@@ -147,6 +147,8 @@ xrt::PolicyChoice policy_choice(const std::string& kernel, const std::string& mo
 
 // An op's tensor argument: an xpuruntime Tensor, a DLPack capsule, or a DLPack producer.
 xrt::Tensor tensor_arg(py::handle obj) {
+  // Capsules first: the ops' torch path passes them, and the check is one type comparison.
+  if (PyCapsule_CheckExact(obj.ptr())) return from_capsule(obj);
   if (py::isinstance<xrt::Tensor>(obj)) return obj.cast<xrt::Tensor>();
   return from_dlpack(py::reinterpret_borrow<py::object>(obj));
 }

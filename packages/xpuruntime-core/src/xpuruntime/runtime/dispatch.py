@@ -116,6 +116,7 @@ def policy_choice(op: str, policy: KernelPolicy | None) -> tuple[str, str, str]:
 # strings for the native side to parse. KernelPolicy is mutable, so the key is its content
 # for the op (kernel, mode, strategy), read afresh on every call.
 _CHOICES: dict[tuple[Any, ...], Any] = {}
+_DEFAULT_CHOICES: dict[str, Any] = {}  # op -> choice without policy or precision
 _PRECISIONS = {None: False, "fp32": False, "tf32": True}
 
 
@@ -125,6 +126,10 @@ def native_choice(op: str, policy: KernelPolicy | None, precision: str | None = 
     ``precision`` ``"tf32"`` lets fp32 GEMMs compute with TF32 tensor cores
     (CUBLAS_COMPUTE_32F_FAST_TF32); None and ``"fp32"`` keep full fp32.
     """
+    if policy is None and precision is None:  # the common call: one dict lookup
+        default = _DEFAULT_CHOICES.get(op)
+        if default is not None:
+            return default
     try:
         tf32 = _PRECISIONS[precision]
     except (KeyError, TypeError):
@@ -139,6 +144,8 @@ def native_choice(op: str, policy: KernelPolicy | None, precision: str | None = 
     if choice is None:
         kernel, mode, strategy = policy_choice(op, policy)
         choice = _CHOICES[key] = core().PolicyChoice(kernel, mode, strategy, tf32)
+        if policy is None and not tf32:
+            _DEFAULT_CHOICES[op] = choice
     return choice
 
 
