@@ -189,7 +189,8 @@ void fuzz_empty(Rng& r) {
 
 int main(int argc, char** argv) {
   const long iterations = argc > 1 ? std::atol(argv[1]) : 2000;
-  Rng r{argc > 2 ? std::strtoull(argv[2], nullptr, 10) | 1 : 0x9e3779b97f4a7c15ULL};
+  // Distinct seeds give distinct streams (xorshift needs a non-zero state).
+  Rng r{((argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 0) + 1) * 0x9e3779b97f4a7c15ULL | 1};
   for (long i = 0; i < iterations; ++i) {
     if (r.chance(70)) {
       fuzz_dlpack(r);
