@@ -504,6 +504,69 @@ def native(session: nox.Session) -> None:
     session.run("ctest", "--test-dir", str(build_dir), "--output-on-failure")
 
 
+@nox.session(python=PYTHON, default=False)
+def native_asan(session: nox.Session) -> None:
+    """The allocation/DLPack fuzz under AddressSanitizer + UBSan (non-default: long and heavy).
+
+    Builds native/ CPU-only with -fsanitize=address,undefined, runs the C++ unit tests and a
+    long C++ fuzz pass (fuzz_tensor; ``-- N`` sets the iterations, default 200000 over four
+    seeds), then the Python fuzz (test_fuzz_sizes.py, XPURUNTIME_FUZZ_EXAMPLES=3000) against
+    an ASan build of the Python module with the ASan runtime preloaded. Not in CI: a
+    sanitizer build plus the long runs take several minutes on two cores.
+    """
+    session.install(
+        "cmake>=3.25", "ninja", "pybind11>=2.12", "numpy", "hypothesis>=6.100", "pytest>=8.3"
+    )
+    session.install("-e", "packages/xpuruntime-policies")
+    flags = "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+    asan_env = {
+        # Huge requests must fail as allocations (MemoryError / bad_alloc), not abort the run.
+        "ASAN_OPTIONS": "allocator_may_return_null=1:max_allocation_size_mb=4096:detect_leaks=0",
+        "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
+    }
+    build_dir = ROOT / "build" / "native-asan"
+    session.run(
+        "cmake", "-S", "native", "-B", str(build_dir), "-G", "Ninja", "-DXPURUNTIME_CUDA=OFF",
+        "-DXPURUNTIME_BUILD_TESTS=ON", "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+        f"-DCMAKE_CXX_FLAGS={flags}", f"-DCMAKE_EXE_LINKER_FLAGS={flags}",
+    )  # fmt: skip
+    session.run("cmake", "--build", str(build_dir), "--parallel")
+    session.run("ctest", "--test-dir", str(build_dir), "--output-on-failure", env=asan_env)
+    iterations = session.posargs[0] if session.posargs else "200000"
+    for seed in ("1", "2", "3", "4"):
+        session.run(
+            str(build_dir / "tests" / "fuzz_tensor"), iterations, seed, env=asan_env, external=True
+        )
+
+    # The Python module built with the same flags, loaded by an interpreter that is not:
+    # the ASan runtime must come first (LD_PRELOAD).
+    py_dir = ROOT / "build" / "python-asan"
+    pybind11_dir = session.run("python", "-m", "pybind11", "--cmakedir", silent=True).strip()
+    session.run(
+        "cmake", "-S", "packages/xpuruntime-core", "-B", str(py_dir), "-G", "Ninja",
+        "-DXPURUNTIME_CUDA=OFF", "-DCMAKE_BUILD_TYPE=RelWithDebInfo", f"-DCMAKE_CXX_FLAGS={flags}",
+        f"-DCMAKE_SHARED_LINKER_FLAGS={flags}", f"-Dpybind11_DIR={pybind11_dir}",
+        f"-DPython_EXECUTABLE={session.virtualenv.location}/bin/python",
+    )  # fmt: skip
+    session.run("cmake", "--build", str(py_dir), "--parallel")
+    src = ROOT / "packages" / "xpuruntime-core" / "src"
+    stage = py_dir / "site"
+    shutil.rmtree(stage, ignore_errors=True)
+    shutil.copytree(src / "xpuruntime", stage / "xpuruntime")
+    for module in py_dir.glob("_core*.so"):
+        shutil.copy2(module, stage / "xpuruntime" / "runtime" / module.name)
+    runtime = session.run("c++", "-print-file-name=libasan.so", silent=True, external=True).strip()
+    ubsan = session.run("c++", "-print-file-name=libubsan.so", silent=True, external=True).strip()
+    session.run(
+        # -s: pytest's fd-level capture does not survive the ASan runtime (the run exits 1
+        # with no report); sanitizer reports go to the terminal either way.
+        "pytest", "-s", "-p", "no:cacheprovider", "packages/xpuruntime-core/tests/test_fuzz_sizes.py",
+        "packages/xpuruntime-core/tests/test_sizes_and_strides.py",
+        env={**asan_env, "LD_PRELOAD": f"{runtime}:{ubsan}", "PYTHONPATH": str(stage),
+             "XPURUNTIME_FUZZ_EXAMPLES": "3000", "PYTHONMALLOC": "malloc"},
+    )  # fmt: skip
+
+
 @nox.session(python=PYTHON, default=True)
 def docs(session: nox.Session) -> None:
     """Build the documentation site (mkdocs, API reference from docstrings) with --strict."""

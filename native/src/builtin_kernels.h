@@ -11,9 +11,21 @@ KernelDef cpu_matmul_kernel();
 // layernorm, rmsnorm and their _backward ops: "xrt" (xpuruntime's CUDA kernels for
 // fp32/fp16/bf16, the CPU reference for fp32/fp64) then "cpu" (the CPU reference).
 std::vector<KernelDef> norm_kernels();
-#if XPURUNTIME_WITH_CUDA
-// cuBLASLt first, then cuBLAS: registration order is FirstSupported's order.
+// The CPU reference of op "linear" (GEMM with every epilogue of gemm.h).
+KernelDef cpu_linear_kernel();
+// dz = dy * act'(saved) on the CPU (GELU when gelu_grad, else ReLU); saved is [rows, n] with
+// row stride saved_ld; dy and dz contiguous.
+void cpu_activation_grad(const Tensor& dy, const Tensor& saved, std::int64_t saved_ld, Tensor& dz,
+                         bool gelu_grad);
+// cuBLASLt first, then cuBLAS: registration order is FirstSupported's order. In a CPU build
+// they exist too and say why they cannot run.
 std::vector<KernelDef> cuda_matmul_kernels();
+// The cuBLASLt kernel of op "linear" (epilogues), likewise present in a CPU build.
+KernelDef cuda_linear_kernel();
+#if XPURUNTIME_WITH_CUDA
+// dz = dy * act'(saved) on the GPU, as cpu_activation_grad.
+void cuda_activation_grad(const Tensor& dy, const Tensor& saved, std::int64_t saved_ld, Tensor& dz,
+                          bool gelu_grad, void* stream);
 #endif
 
 // Median of `repeats` timed calls of `body` after one warm-up, in milliseconds (host clock).

@@ -3,6 +3,7 @@
 #include <limits>
 #include <optional>
 
+#include "ops_internal.h"
 #include "xpuruntime/errors.h"
 #include "xpuruntime/norms.h"
 #include "xpuruntime/profiler.h"
@@ -12,8 +13,10 @@ namespace xrt {
 namespace {
 const char* kind_name(NormKind kind) { return norm_op_name(kind, false); }
 
+// The norm kernels index rows as contiguous memory: strided views must be made contiguous.
 void require_like(const Tensor& t, const Tensor& x, const char* op, const char* name,
                   const char* x_name) {
+  detail::require_contiguous(t, op, name);
   if (t.dtype != x.dtype) {
     throw InvalidArgumentError(std::string(op) + ": " + name + " is " + dtype_name(t.dtype) +
                                " but " + x_name + " is " + dtype_name(x.dtype) +
@@ -58,6 +61,7 @@ std::int64_t rows_of(const Tensor& x, const char* op) {
 
 void check_stats(const Tensor& stats, const Tensor& x, std::int64_t rows, const char* op,
                  const char* name) {
+  detail::require_contiguous(stats, op, name);
   const DType want = norm_stats_dtype(x.dtype);
   if (stats.dtype != want || stats.device != x.device) {
     throw InvalidArgumentError(std::string(op) + ": " + name + " must be " + dtype_name(want) +
@@ -86,6 +90,7 @@ NormForwardResult norm_forward(NormKind kind, const Tensor& x, const Tensor* res
   const char* op = kind_name(kind);
   const std::int64_t rows = rows_of(x, op);
   const std::int64_t h = x.shape.back();
+  detail::require_contiguous(x, op, "x");
   const std::string width = "the last dimension of x " + x.shape_str();
   if (weight != nullptr) {
     require_like(*weight, x, op, "weight", "x");
@@ -122,6 +127,7 @@ NormForwardResult norm_forward(NormKind kind, const Tensor& x, const Tensor* res
                         result.mean.data != nullptr ? &result.mean : nullptr,
                         result.rstd.data != nullptr ? &result.rstd : nullptr};
   result.detail = run(*result.decision, call);
+  detail::note_last_call(result.decision, result.detail);
   return result;
 }
 
@@ -132,6 +138,7 @@ NormBackwardResult norm_backward(NormKind kind, const Tensor& dy, const Tensor& 
   const char* op = norm_op_name(kind, true);
   const std::int64_t rows = rows_of(x, op);
   const std::int64_t h = x.shape.back();
+  detail::require_contiguous(x, op, "x");
   require_like(dy, x, op, "dy", "x");
   require_shape(dy, x.shape, op, "dy", "the shape of x");
   if (weight != nullptr) {
@@ -162,6 +169,7 @@ NormBackwardResult norm_backward(NormKind kind, const Tensor& dy, const Tensor& 
   call.extra_outputs = {weight != nullptr ? &result.dweight : nullptr,
                         with_dbias ? &result.dbias : nullptr};
   result.detail = run(*result.decision, call);
+  detail::note_last_call(result.decision, result.detail);
   return result;
 }
 

@@ -112,4 +112,38 @@ XRT_TEST(cpu_matmul_and_layernorm_compute_reference_results) {
   CHECK(std::abs(y[0] - (-1.5 / std::sqrt(1.25) + 0.5)) < 1e-9);
 }
 
+XRT_TEST(layout_text_round_trips) {
+  const std::uint32_t plain = layout::kGemm;
+  CHECK(layout_text(plain) == "NN");
+  CHECK(layout_text(0) == "");
+  const std::uint32_t v = with_epilogue(layout::kGemm | layout::kTransA | layout::kTf32,
+                                        Epilogue::GeluAuxBias);
+  CHECK(layout_text(v) == "TN+GELU_AUX_BIAS:tf32");
+  for (std::uint32_t x : {plain, v, layout::kGemm | layout::kStridedB,
+                          with_epilogue(layout::kGemm | layout::kTransB, Epilogue::BGradB)}) {
+    CHECK(layout_from_text(layout_text(x)) == x);
+  }
+  CHECK_THROWS(InvalidArgumentError, layout_from_text("NQ"), "malformed layout");
+  CHECK_THROWS(InvalidArgumentError, layout_from_text("NN+SWISH"), "malformed layout");
+}
+
+XRT_TEST(replay_honours_the_lock_and_reports_the_rest) {
+  Dispatcher& d = Dispatcher::instance();
+  LockEntry entry{matmul_query(), "cpu", {}};
+  CHECK(d.set_lock(LockMode::Replay, {entry}).empty());
+  auto locked = d.resolve(matmul_query(), "", Mode::Auto, Strategy::FirstSupported);
+  CHECK(locked->status() == DecisionStatus::Locked);
+  CHECK(locked->kernel == "cpu");
+  OpQuery missing = matmul_query();
+  missing.shape = {9, 9, 9};
+  auto fresh = d.resolve(missing, "", Mode::Auto, Strategy::FirstSupported);
+  CHECK(fresh->status() == DecisionStatus::FallenBack);
+  const auto problems = d.take_lock_problems();
+  CHECK(problems.size() == 1 && problems[0].reason == "not in the lock");
+  LockEntry bad{matmul_query(DType::F64), "cublasLt", {}};
+  CHECK(d.set_lock(LockMode::Replay, {bad}).size() == 1);
+  d.set_lock(LockMode::Off, {});
+  CHECK(d.lock_problems().empty());
+}
+
 XRT_TEST_MAIN()

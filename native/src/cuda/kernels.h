@@ -12,4 +12,9 @@ namespace xrt::cuda {
 // flatter tensor cores). float32, float16 and bfloat16.
 void fill_uniform(void* data, DType dtype, std::size_t count, std::uint32_t seed, void* stream);
 
+// dz = dy * act'(saved) elementwise over rows of length n (GELU's tanh approximation when
+// `gelu`, else ReLU); saved has row stride saved_ld, dy and dz are contiguous.
+void activation_grad(const void* dy, const void* saved, std::int64_t saved_ld, void* dz,
+                     DType dtype, std::int64_t rows, std::int64_t n, bool gelu, void* stream);
+
 }  // namespace xrt::cuda

@@ -12,7 +12,7 @@ SITE=/tmp/site
 if ls .whl-core/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl-core/*.whl
 fi
-export PYTHONPATH=$SITE:$PWD/packages/xpuruntime-policies/src
+export PYTHONPATH=$SITE:$PWD/packages/xpuruntime-policies/src:$PWD/packages/xpuruntime-torch/src
 INC=$(python3 - <<'PY'
 import glob, site
 hits = [p for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/*/include/cublasLt.h")]
@@ -46,3 +46,11 @@ python3 -m pytest packages/xpuruntime-core/tests -p no:cacheprovider -q -rs >"$O
 echo "pytest rc=$?"; tail -25 "$OUT/pytest.log"
 
 python3 benchmarks/core_bench.py --json "$OUT/core_bench.json" 2>&1 | tee "$OUT/bench.log"
+
+# GEMM family (issue 12): fused_linear on CUDA, host overhead, the cuBLASLt grid, epilogues.
+python3 -m pytest packages/xpuruntime-torch/tests/test_gpu.py -k fused_linear -p no:cacheprovider -q -rs \
+  >"$OUT/pytest-torch-linear.log" 2>&1
+echo "pytest fused_linear rc=$?"; tail -5 "$OUT/pytest-torch-linear.log"
+python3 benchmarks/op_overhead.py --device cuda --json "$OUT/op_overhead.json" 2>&1 | tee "$OUT/op_overhead.log"
+python3 benchmarks/cublaslt_grid.py ${GRID_ARGS:-} --json "$OUT/cublaslt_grid.json" 2>&1 | tee "$OUT/cublaslt_grid.log"
+python3 benchmarks/epilogues.py ${EPILOGUE_ARGS:-} --json "$OUT/epilogues.json" 2>&1 | tee "$OUT/epilogues.log"

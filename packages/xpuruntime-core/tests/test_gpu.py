@@ -230,10 +230,10 @@ def test_blas_matmul_matches_torch(torch, kernel: str, dtype_name: str) -> None:
     assert decision.kernel == kernel
     assert decision.mode == "pin"
     if kernel == "cublasLt":
-        assert "cuBLASLt algo id=" in decision.reason  # the chosen algorithm is recorded
-        algos = [d for d in rt.dispatcher.decisions() if d.mode == "algorithm"]
-        assert algos
-        assert "heuristic" in algos[0].reason
+        assert "cuBLASLt algo_id=" in decision.reason  # the chosen algorithm is recorded
+        (exported,) = rt.dispatcher.export_decisions()
+        assert exported["algorithm"]["algo_id"] >= 0
+        assert "heuristic rank" in exported["detail"]
 
 
 @pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])

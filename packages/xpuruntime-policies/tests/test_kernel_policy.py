@@ -113,7 +113,7 @@ def test_coerce() -> None:
             {"matmull": "cublas"},
             UnknownOpError,
             r"kernel.ops.matmull: unknown op 'matmull'\..*"
-            r"Valid choices: attention, conv, layernorm, matmul, rmsnorm\. Did you mean 'matmul'\?",
+            r"Valid choices: attention, conv, layernorm, linear, matmul, rmsnorm\. Did you mean 'matmul'\?",
         ),
         (
             {"matmul": "cublasLT"},

@@ -210,3 +210,44 @@ def test_explain_catches_ops_running_where_their_pinned_kernel_does_not() -> Non
         image = torch.randn(1, 3, 16, 16, device="cuda")
         record = xrt_torch.explain(lambda: F.conv2d(image, torch.randn(4, 3, 3, 3, device="cuda")))
     assert any(f.what == "kernel for conv" and f.mode == "allow" for f in record.fallbacks)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
+def test_fused_linear_on_cublaslt_matches_pytorch_gradients(dtype: torch.dtype, activation) -> None:  # type: ignore[no-untyped-def]
+    from xpuruntime.pytorch.ops import fused_linear
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 33, 96, device="cuda", dtype=dtype, requires_grad=True)
+    w = (torch.randn(100, 96, device="cuda", dtype=dtype) / 10).requires_grad_()
+    b = torch.randn(100, device="cuda", dtype=dtype, requires_grad=True)
+    with xrt_torch.kernel_policy(linear="cublasLt"):
+        y = fused_linear(x, w, b, activation)
+        y.float().square().sum().backward()
+        decision = [d for d in xrt_torch.current_record().decisions if d.op == "linear"][-1]
+        assert decision.kernel == "cublasLt"
+    got = [y.detach(), x.grad, w.grad, b.grad]
+    for t in (x, w, b):
+        t.grad = None
+    z = F.linear(x, w, b)
+    ref = {None: z, "relu": F.relu(z), "gelu": F.gelu(z, approximate="tanh")}[activation]
+    ref.float().square().sum().backward()
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-3
+    for g, r in zip(got, [ref.detach(), x.grad, w.grad, b.grad], strict=True):
+        torch.testing.assert_close(g.float(), r.float(), rtol=tol, atol=tol * 10)
+
+
+def test_fused_linear_compiles_on_cuda() -> None:
+    from xpuruntime.pytorch.ops import fused_linear
+
+    torch._dynamo.reset()
+    x = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(256, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    with xrt_torch.kernel_policy(linear="cublasLt"):
+        out = torch.compile(lambda t: fused_linear(t, w, b, "gelu"), fullgraph=True)(x)
+        out.float().sum().backward()
+    ref = F.gelu(F.linear(x, w, b), approximate="tanh")
+    torch.testing.assert_close(out.float(), ref.float(), rtol=2e-2, atol=2e-1)
+    assert w.grad is not None
+    assert b.grad is not None

@@ -106,6 +106,11 @@ BUILTIN_KERNELS: tuple[KernelSpec, ...] = (
     ),
     _kernel("matmul", "cpu", "cpu", "cpu", "onnxruntime openvino torch xpuruntime", "CPU GEMM"),
     _kernel("matmul", "torch", "torch", "cpu cuda", "torch", "PyTorch's own aten::matmul"),
+    _kernel(
+        "linear", "cublasLt", "cuda", "cuda", "torch xpuruntime", "cuBLASLt GEMM + fused epilogue"
+    ),
+    _kernel("linear", "cpu", "cpu", "cpu", "torch xpuruntime", "CPU reference GEMM + epilogue"),
+    _kernel("linear", "torch", "torch", "cpu cuda", "torch", "PyTorch's F.linear + activation"),
     _kernel("attention", "flash_v2", "cuda", "cuda", "onnxruntime torch", "FlashAttention-2"),
     _kernel("attention", "cudnn", "cuda", "cuda", "onnxruntime torch", "cuDNN fused attention"),
     _kernel(

@@ -74,6 +74,10 @@ ATTENTION_DEVICES = {
 LAYERNORM_KERNELS = {"xrt": _ANY, "cpu": _CPU, "torch": _ANY}
 RMSNORM_KERNELS = LAYERNORM_KERNELS
 
+# ops.fused_linear kernels -> devices: the core's cuBLASLt epilogues, its CPU reference, or
+# PyTorch's.
+LINEAR_KERNELS = {"cublasLt": _CUDA, "cpu": _CPU, "torch": _ANY}
+
 # conv kernel -> (the switch enabling its library for PyTorch's convolutions, devices).
 CONV_KERNELS = {"cudnn": ("cudnn.enabled", _CUDA), "onednn": ("mkldnn.enabled", _CPU)}
 
@@ -83,6 +87,7 @@ _KERNEL_DEVICES: dict[str, dict[str, frozenset[str]]] = {
     "attention": ATTENTION_DEVICES,  # fused_attention without a kernel: PyTorch's choice
     "layernorm": LAYERNORM_KERNELS,
     "rmsnorm": RMSNORM_KERNELS,
+    "linear": LINEAR_KERNELS,
     "conv": {"torch": _ANY, **{kernel: devices for kernel, (_, devices) in CONV_KERNELS.items()}},
 }
 
@@ -231,11 +236,20 @@ def _plan_conv(kernel: str, mode: str, out: Plan) -> None:
         out.settings.append(PlannedSetting("conv", kernel, {}, _default_note("conv"), mode))
 
 
+def _plan_linear(kernel: str, mode: str, out: Plan) -> None:
+    note = (
+        "selects the kernel of xpuruntime.pytorch.ops.fused_linear; torch.nn.Linear keeps "
+        "PyTorch's kernel (aten ops are never overridden)"
+    )
+    out.settings.append(PlannedSetting("linear", kernel, {}, note, mode))
+
+
 _OP_PLANNERS: dict[str, _Planner] = {
     "matmul": _plan_matmul,
     "attention": _plan_attention,
     "layernorm": _norm_planner("layernorm", "torch.nn.LayerNorm"),
     "rmsnorm": _norm_planner("rmsnorm", "torch.nn.RMSNorm"),
+    "linear": _plan_linear,
     "conv": _plan_conv,
 }
 

@@ -3,12 +3,13 @@
 ``torch.compile`` and pass ``torch.library.opcheck``.
 
 The kernel each op runs comes from the kernel policy in effect (``attention``,
-``layernorm`` and ``rmsnorm`` entries) and is recorded as a decision in
+``layernorm``, ``rmsnorm`` and ``linear`` entries) and is recorded as a decision in
 :func:`xpuruntime.pytorch.current_record`.
 """
 
 from xpuruntime.pytorch.ops.attention import fused_attention
 from xpuruntime.pytorch.ops.layernorm import fused_add_layernorm, fused_layernorm
+from xpuruntime.pytorch.ops.linear import fused_linear
 from xpuruntime.pytorch.ops.rmsnorm import fused_add_rmsnorm, fused_rmsnorm
 
 __all__ = [
@@ -16,5 +17,6 @@ __all__ = [
     "fused_add_rmsnorm",
     "fused_attention",
     "fused_layernorm",
+    "fused_linear",
     "fused_rmsnorm",
 ]
