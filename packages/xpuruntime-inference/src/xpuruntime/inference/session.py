@@ -19,6 +19,7 @@ from xpuruntime.inference.errors import (
     ModelNotFoundError,
     did_you_mean,
 )
+from xpuruntime.inference.lock_apply import create_session
 from xpuruntime.inference.selection import availability_of, choose_engine, supports
 from xpuruntime.inference.validation import FeedValidator, describe_tensor
 from xpuruntime.policies import ExecutionPolicy
@@ -143,7 +144,8 @@ class InferenceSession:
             engine=chosen.choice,
             device=Choice(policy.device, str(spec), device_reason),
         )
-        self._engine_session: EngineSession = chosen.engine().create_session(
+        self._engine_session: EngineSession = create_session(
+            chosen.engine(),
             path,
             device=str(spec),
             exec_policy=policy,

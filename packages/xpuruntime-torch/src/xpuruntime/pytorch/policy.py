@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from xpuruntime.policies import ExecutionPolicy, KernelPolicy, PolicyError
+from xpuruntime.pytorch.lock import apply_switch_lock
 from xpuruntime.pytorch.mapping import Plan, PlannedSetting, plan
 from xpuruntime.pytorch.switches import SWITCHES, read_all, torch_version, write_changed
 from xpuruntime.runtime.errors import UnsupportedOperationError
@@ -33,6 +34,7 @@ from xpuruntime.runtime.fingerprint import environment_fingerprint, fingerprint_
 from xpuruntime.runtime.record import (
     Choice,
     DecisionRecord,
+    DecisionStatus,
     ExecutionRecord,
     FallbackMode,
     SettingRecord,
@@ -226,6 +228,7 @@ def _apply(
             reason=entry.reason,
             mode=mode,
         )
+    apply_switch_lock(kernel, execution, planned.writes(), record)
     return record
 
 
@@ -295,10 +298,18 @@ def fallback_mode() -> FallbackMode:
 
 
 def note_decision(
-    op: str, kernel: str, mode: str, reason: str, *, shape: str, dtype: str, device: str
+    op: str,
+    kernel: str,
+    mode: str,
+    reason: str,
+    *,
+    shape: str,
+    dtype: str,
+    device: str,
+    status: DecisionStatus = "decided",
 ) -> None:
     """Record an op's kernel choice once per (op, kernel, shape, dtype, device)."""
-    key = (op, kernel, mode, shape, dtype, device)
+    key = (op, kernel, mode, shape, dtype, device, status)
     state = _state
     if key in state.decided:
         return
@@ -313,6 +324,7 @@ def note_decision(
                 shape=shape,
                 dtype=dtype,
                 device=device,
+                status=status,
             )
         )
 

@@ -4,7 +4,9 @@ The kernels are PyTorch's own (FlashAttention-2, memory-efficient, cuDNN, math);
 decides which one may run. A pinned backend that cannot serve a call raises
 :class:`~xpuruntime.runtime.errors.UnsupportedOperationError` carrying PyTorch's reasons
 (PyTorch reports them as warnings before its "No available kernel" error); a preferred one
-falls back through the policy's fallback mode.
+falls back through the policy's fallback mode. Under a decision lockfile
+(``ExecutionPolicy(lock=...)``) the backend PyTorch selects is recorded per call signature,
+and replayed as mode ``"locked"``: exactly the locked backend, a refusal being a fallback.
 
 Backward recomputes the attention on the same backend (as activation checkpointing does)
 inside a second custom op, so both directions stay opaque, compile-friendly ops.
@@ -23,6 +25,7 @@ from torch import Tensor
 
 from xpuruntime.pytorch import policy
 from xpuruntime.pytorch._compat import HAS_CUSTOM_OP, autograd_inside_kernel, restrict_sdpa
+from xpuruntime.pytorch.lock import attention_kernel
 from xpuruntime.pytorch.mapping import ATTENTION_BACKENDS
 from xpuruntime.pytorch.ops._policy import describe, requested_kernel
 from xpuruntime.runtime.errors import UnsupportedOperationError
@@ -63,8 +66,15 @@ def _on_backend(kernel: str, mode: str, run: Callable[[], Any], example: Tensor)
             reason = " | ".join(reasons)
     if result is not None:
         _reemit(caught)
+        locked = mode == "locked"
         policy.note_decision(
-            "attention", kernel, mode, f"SDPA restricted to {backend.name}", **describe(example)
+            "attention",
+            kernel,
+            mode,
+            f"SDPA restricted to {backend.name}"
+            + (", replayed from the lockfile" if locked else ""),
+            status="locked" if locked else "decided",
+            **describe(example),
         )
         return result
     if mode == "pin":
@@ -76,7 +86,12 @@ def _on_backend(kernel: str, mode: str, run: Callable[[], Any], example: Tensor)
         )
     policy.note_fallback(what="attention", requested=kernel, chosen="auto", reason=reason)
     policy.note_decision(
-        "attention", "auto", mode, f"fallback from {kernel}: {reason}", **describe(example)
+        "attention",
+        "auto",
+        mode,
+        f"fallback from {kernel}: {reason}",
+        status="fallen_back",
+        **describe(example),
     )
     return run()
 
@@ -218,6 +233,9 @@ def fused_attention(
     kernel, mode = requested_kernel("attention")
     if kernel not in ATTENTION_BACKENDS and kernel != "auto":
         kernel = "auto"  # "torch": PyTorch's own selection, same as no policy
+    kernel, mode = attention_kernel(
+        kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale
+    )
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
     if (dropout_p > 0.0 and needs_grad) or not HAS_CUSTOM_OP:
         # Recomputing in backward would draw a different dropout mask; PyTorch's own
