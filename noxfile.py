@@ -231,7 +231,7 @@ BACKENDS: dict[str, dict[str, list[str]]] = {
     "cpu": {"install": ["xpuruntime[cpu]"], "suites": []},
     "openvino": {"install": ["xpuruntime[cpu,openvino]"], "suites": ["npu"]},  # [openvino] has nncf
     "qnn": {"install": ["xpuruntime[qnn]"], "suites": ["npu"]},
-    "torch-cpu": {"install": ["xpuruntime[cpu]", "torch"], "suites": []},
+    "torch-cpu": {"install": ["xpuruntime[cpu]", "torch[export]"], "suites": []},
     "cuda": {"install": ["xpuruntime[cuda]", "torch"], "suites": ["core", "inference", "torch"]},
     "tensorrt": {"install": ["xpuruntime[tensorrt]"], "suites": ["inference"]},
 }

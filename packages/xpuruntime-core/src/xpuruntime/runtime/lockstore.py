@@ -3,7 +3,7 @@
 The core dispatcher, the PyTorch extension and the inference engines all reach the lockfile
 named by ``ExecutionPolicy.lock_file`` through :func:`lock_store`, which hands out one
 :class:`LockStore` per path. Recording merges new decisions into the file under an
-inter-process file lock (several processes, or ranks, may record into one lockfile) and
+inter-process ``flock`` (several processes, or ranks, may record into one lockfile) and
 writes it atomically; replaying reads and checks it once per change of the file.
 
 Whether a locked decision can be replayed here is decided by :func:`environment_differences`:
@@ -14,10 +14,11 @@ Python patch release or the OS kernel.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +38,7 @@ from xpuruntime.policies.lock import (
 if TYPE_CHECKING:
     from xpuruntime.policies import ExecutionPolicy
     from xpuruntime.policies.lock import Candidate, Domain
-    from xpuruntime.runtime.record import DecisionStatus, ExecutionRecord
+    from xpuruntime.runtime.record import ExecutionRecord
 
 __all__ = [
     "LockStore",
@@ -174,15 +175,6 @@ def replay_fallback(
     )
 
 
-def mark(
-    record: ExecutionRecord, status: DecisionStatus, *, op: str, kernel: str, **kw: Any
-) -> None:
-    """Append a decision with its lock status to ``record``."""
-    from xpuruntime.runtime.record import DecisionRecord
-
-    record.decisions.append(DecisionRecord(op=op, kernel=kernel, status=status, **kw))
-
-
 class LockStore:
     """The lockfile at one path: cached reads for replay, merged atomic writes for record."""
 
@@ -215,10 +207,8 @@ class LockStore:
     def record(self, entries: Iterable[LockEntry]) -> Lockfile:
         """Merge ``entries`` (taken in this environment) into the file; returns the result."""
         new = list(entries)
-        from filelock import FileLock
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._mutex, FileLock(str(self.path) + ".lock"):
+        with self._mutex, _exclusive(self.path.with_name(self.path.name + ".lock")):
             base = Lockfile.load(self.path) if self.path.exists() else Lockfile()
             merged = base.with_entries(new, current_environment())
             if merged.content_hash() != base.content_hash() or not self.path.exists():
@@ -257,17 +247,38 @@ class LockStore:
         return data
 
 
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock on ``path`` (processes recording into one lockfile
+    take turns; the lock goes away with the process, so a crash leaves nothing stale)."""
+    import fcntl
+
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 _stores: dict[Path, LockStore] = {}
+#: The same stores by the text they were asked for (ops look the store up on every call).
+_named: dict[str, LockStore] = {}
 _stores_mutex = threading.Lock()
 
 
 def lock_store(path: str | Path) -> LockStore:
     """The process's store for the lockfile at ``path``."""
+    named = _named.get(str(path))  # absolute paths only: a relative one follows the cwd
+    if named is not None:
+        return named
     resolved = Path(path).expanduser().resolve()
     with _stores_mutex:
         store = _stores.get(resolved)
         if store is None:
             store = _stores[resolved] = LockStore(resolved)
+        if Path(path).is_absolute():
+            _named[str(path)] = store
         return store
 
 

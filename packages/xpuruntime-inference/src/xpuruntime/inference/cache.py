@@ -18,16 +18,11 @@ from typing import Any
 
 import msgspec
 
+from xpuruntime.policies.bundle import file_sha256 as file_digest
+
+__all__ = ["CacheKey", "CacheLookup", "ContentCache", "file_digest", "stable_digest"]
+
 KEY_FILE = "key.json"
-
-
-def file_digest(path: Path) -> str:
-    """SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def stable_digest(value: Any) -> str:

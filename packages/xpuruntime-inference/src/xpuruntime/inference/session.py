@@ -27,6 +27,7 @@ from xpuruntime.policies.errors import PolicyError, XpuRuntimeError
 from xpuruntime.runtime.record import Choice, ExecutionRecord, RunRecord
 
 if TYPE_CHECKING:
+    from xpuruntime.inference.bundle import BundleVerification
     from xpuruntime.policies import KernelPolicy
     from xpuruntime.runtime.engines import EngineSession, RunStats, TensorInfo
 
@@ -105,12 +106,19 @@ class InferenceSession:
                     f"backend is an alias of engine, pass one"
                 )
             engine = backend
-        policy = _merge_policy(exec_policy, device=device, kernel_policy=kernel_policy, fp16=fp16)
         path = Path(model).expanduser()
+        bundle = None
+        if path.is_dir():  # a bundle: model, policy and lockfile travel together
+            from xpuruntime.inference.bundle import open_bundle
+
+            bundle = open_bundle(path)
+            exec_policy, path = bundle.policy(exec_policy, device), bundle.model
+        policy = _merge_policy(exec_policy, device=device, kernel_policy=kernel_policy, fp16=fp16)
         if not path.is_file():
             where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
             raise ModelNotFoundError(
                 f"model file {str(path)!r} does not exist{where}; pass the path of an .onnx file"
+                " or of a bundle directory"
             )
         spec, device_reason = resolve_device(policy.device)
         chosen = choose_engine(engine, spec, policy.engines)
@@ -144,6 +152,9 @@ class InferenceSession:
             engine=chosen.choice,
             device=Choice(policy.device, str(spec), device_reason),
         )
+        if bundle is not None:
+            bundle.describe(record)
+        self._bundle = bundle
         self._engine_session: EngineSession = create_session(
             chosen.engine(),
             path,
@@ -296,6 +307,30 @@ class InferenceSession:
         from xpuruntime.inference.report import render_text
 
         return render_text(self.record(), width=width)
+
+    def verify(
+        self,
+        *,
+        rtol: float | None = None,
+        atol: float | None = None,
+        raise_on_failure: bool = True,
+    ) -> BundleVerification:
+        """Run a bundle's reference inputs and compare with its reference outputs.
+
+        Only for sessions opened from a bundle directory. Tolerances default to the ones
+        exported with the bundle; a mismatch raises VerificationError (or is returned with
+        ``passed=False`` when ``raise_on_failure=False``).
+        """
+        if self._bundle is None:
+            raise PolicyError(
+                "verify() compares with a bundle's reference outputs; open the session from a"
+                " bundle directory written by xpuruntime.pytorch.export"
+            )
+        from xpuruntime.inference.bundle import verify_session
+
+        return verify_session(
+            self, self._bundle, rtol=rtol, atol=atol, raise_on_failure=raise_on_failure
+        )
 
     def export_trace(self, path: str | os.PathLike[str]) -> Path:
         """Write a Chrome trace merging the engine's profile with the core profiler's events.

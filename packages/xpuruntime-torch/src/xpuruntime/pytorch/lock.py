@@ -99,10 +99,15 @@ def apply_switch_lock(
     ``policy_writes`` are the switch values the policy itself set: replay never overrides
     those (a locked value that contradicts them is a fallback, with the reason).
     """
+    from xpuruntime.runtime import lock as core_lock
+
     if execution is None or execution.lock == "off":
+        core_lock.deactivate()
         return
     assert execution.lock_file is not None  # ExecutionPolicy checks it
     combined = execution.replace(kernel_policy=kernel) if kernel is not None else execution
+    # The core dispatcher's ops (fused_layernorm on the core's kernels, ...) follow the lock.
+    core_lock.activate(combined, record)
     store = lock_store(execution.lock_file)
     current = read_all()
     if execution.lock == "record":
