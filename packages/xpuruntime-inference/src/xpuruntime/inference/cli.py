@@ -1,4 +1,5 @@
-"""``xpuruntime`` command line: devices, engines, run, bench, compare, explain, policy, demo."""
+"""``xpuruntime`` command line: devices, engines, run, bench, compare, explain, policy, lock,
+demo."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from xpuruntime.inference.cli_lock import apply_lock_option, lock_option
+from xpuruntime.inference.cli_lock import lock as lock_commands
 from xpuruntime.policies.errors import XpuRuntimeError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -56,6 +59,7 @@ def _policy(path: str | None, fallback: str | None) -> Any:
     from xpuruntime.policies import ExecutionPolicy, load_policy
 
     policy = ExecutionPolicy() if path is None else load_policy(path).execution_policy()
+    policy = apply_lock_option(policy)
     return policy if fallback is None else policy.replace(fallback=fallback)
 
 
@@ -94,6 +98,7 @@ def session_options(func: F) -> F:
             help="input tensor from a .npy file (others are random)",
         ),
         click.option("--seed", default=0, show_default=True, help="seed of the random inputs"),
+        lock_option(),
     ]
     for option in reversed(options):
         func = option(func)
@@ -512,6 +517,7 @@ def _mount_policy_commands() -> None:
 
 
 _mount_policy_commands()
+main.add_command(lock_commands, name="lock")
 
 if __name__ == "__main__":
     main()
