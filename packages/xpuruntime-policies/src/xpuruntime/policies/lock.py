@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
@@ -276,6 +276,21 @@ class Lockfile:
         if environment is not None:
             environments[environment_key(environment)] = dict(environment)
         return Lockfile([*self.entries, *entries], environments)
+
+    def map_environments(
+        self, change: Callable[[dict[str, Any]], Mapping[str, Any]]
+    ) -> Lockfile:
+        """A copy with every environment fingerprint replaced by ``change(fingerprint)``
+        (entries follow their fingerprint's new key): for tools that anonymise or retarget
+        a lockfile, and for tests that need a lock "from another machine"."""
+        keys: dict[str, str] = {}
+        environments: dict[str, Mapping[str, Any]] = {}
+        for key, fingerprint in self.environments.items():
+            changed = change(json.loads(json.dumps(fingerprint)))
+            keys[key] = environment_key(changed)
+            environments[keys[key]] = changed
+        entries = [msgspec.structs.replace(e, environment=keys[e.environment]) for e in self]
+        return Lockfile(entries, environments)
 
     # -- plain data and identity ----------------------------------------------------------
 
