@@ -126,9 +126,11 @@ def test_locked_backend_pytorch_refuses_goes_through_the_fallback(tmp_path: Path
     torch.testing.assert_close(out, expected)
     statuses = {d.status for d in record.decisions if d.op == "attention" and d.shape}
     assert statuses == {"fallen_back"}
-    with xrt_torch.kernel_policy(exec_policy=_policy("replay", lock, "error")):
-        with pytest.raises(FallbackError, match="efficient"):
-            fused_attention(query + 1, query, query)
+    with (
+        xrt_torch.kernel_policy(exec_policy=_policy("replay", lock, "error")),
+        pytest.raises(FallbackError, match="efficient"),
+    ):
+        fused_attention(query + 1, query, query)
 
 
 def _as_other_machine(lock: Path) -> None:
@@ -143,7 +145,7 @@ def test_lock_from_another_machine_raises_under_error(tmp_path: Path) -> None:
     lock = tmp_path / "lock.json"
     _record(lock)
     _as_other_machine(lock)
-    with pytest.raises(FallbackError, match="pytorch changed: locked with torch 1.0.0"):
+    with pytest.raises(FallbackError, match=r"pytorch changed: locked with torch 1\.0\.0"):
         xrt_torch.set_kernel_policy(exec_policy=_policy("replay", lock, "error"))
 
 
@@ -151,9 +153,11 @@ def test_lock_from_another_machine_warns_under_warn(tmp_path: Path) -> None:
     lock = tmp_path / "lock.json"
     query = _record(lock)
     _as_other_machine(lock)
-    with pytest.warns(FallbackWarning, match="locked in another environment"):
-        with xrt_torch.kernel_policy(exec_policy=_policy("replay", lock, "warn")) as record:
-            fused_attention(query, query, query)
+    with (
+        pytest.warns(FallbackWarning, match="locked in another environment"),
+        xrt_torch.kernel_policy(exec_policy=_policy("replay", lock, "warn")) as record,
+    ):
+        fused_attention(query, query, query)
     assert record.fallbacks
     assert {f.mode for f in record.fallbacks} == {"warn"}
 
@@ -176,9 +180,11 @@ def test_signature_missing_from_the_lock_is_a_fallback(tmp_path: Path) -> None:
     lock = tmp_path / "lock.json"
     _record(lock)
     other = torch.randn(1, 2, 4, 8)
-    with xrt_torch.kernel_policy(exec_policy=_policy("replay", lock, "error")):
-        with pytest.raises(FallbackError, match="not in the lockfile"):
-            fused_attention(other, other, other)
+    with (
+        xrt_torch.kernel_policy(exec_policy=_policy("replay", lock, "error")),
+        pytest.raises(FallbackError, match="not in the lockfile"),
+    ):
+        fused_attention(other, other, other)
 
 
 def test_policy_setting_wins_over_a_contradicting_locked_switch(tmp_path: Path) -> None:
