@@ -277,9 +277,7 @@ class Lockfile:
             environments[environment_key(environment)] = dict(environment)
         return Lockfile([*self.entries, *entries], environments)
 
-    def map_environments(
-        self, change: Callable[[dict[str, Any]], Mapping[str, Any]]
-    ) -> Lockfile:
+    def map_environments(self, change: Callable[[dict[str, Any]], Mapping[str, Any]]) -> Lockfile:
         """A copy with every environment fingerprint replaced by ``change(fingerprint)``
         (entries follow their fingerprint's new key): for tools that anonymise or retarget
         a lockfile, and for tests that need a lock "from another machine"."""
