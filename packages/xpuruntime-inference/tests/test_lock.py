@@ -3,6 +3,7 @@ machine under error/warn/allow, missing signatures, tampered locks, training car
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -238,3 +239,50 @@ def test_cli_lock_record_replay_show_diff(mlp: Path, tmp_path: Path) -> None:
     bad = runner.invoke(main, ["lock", "show", str(tampered)])
     assert bad.exit_code != 0
     assert "LockfileTamperedError" in bad.output
+
+
+@pytest.mark.gpu
+def test_cuda_execution_provider_options_are_locked_and_replayed(
+    mlp: Path, tmp_path: Path, cuda_ep: None
+) -> None:
+    lock = tmp_path / "cuda.lock.json"
+    policy = ExecutionPolicy(lock="record", lock_file=str(lock), fallback="error")
+    recorded = InferenceSession(mlp, device="cuda:0", exec_policy=policy)
+    x = np.ones((2, 4), np.float32)
+    expected = recorded.run({"input": x})["output"]
+    (entry,) = Lockfile.load(lock).domain("onnxruntime")
+    options = entry.choice.options
+    assert options["providers"][0] == "CUDAExecutionProvider"
+    assert options["CUDAExecutionProvider.cudnn_conv_algo_search"] == "EXHAUSTIVE"
+    assert options["CUDAExecutionProvider.use_tf32"] == "0"
+    replayed = InferenceSession(mlp, device="cuda:0", exec_policy=policy.replace(lock="replay"))
+    assert [d.status for d in replayed.record().decisions] == ["locked"]
+    np.testing.assert_array_equal(np.asarray(replayed.run({"input": x})["output"]), expected)
+
+
+@pytest.mark.tensorrt
+@pytest.mark.skipif(
+    importlib.util.find_spec("tensorrt") is None, reason="tensorrt is not installed"
+)
+def test_tensorrt_timing_cache_is_the_tactic_lock(mlp: Path, tmp_path: Path) -> None:
+    from xpuruntime.inference.engines.tensorrt import TensorRTEngine
+    from xpuruntime.policies.lock import artifact_folder
+
+    if not TensorRTEngine.availability().available:
+        pytest.skip(TensorRTEngine.availability().reason)
+    lock = tmp_path / "trt.lock.json"
+    policy = ExecutionPolicy(
+        lock="record", lock_file=str(lock), fallback="error", input_shapes={"input": [4, 4]}
+    )
+    recorded = InferenceSession(mlp, device="cuda:0", engine="tensorrt", exec_policy=policy)
+    x = np.ones((4, 4), np.float32)
+    expected = np.asarray(recorded.run({"input": x})["output"])
+    (entry,) = Lockfile.load(lock).domain("tensorrt")
+    assert entry.choice.artifact is not None
+    assert entry.choice.artifact.kind == "tensorrt-timing-cache"
+    assert (artifact_folder(lock) / entry.choice.artifact.file).stat().st_size > 0
+    replayed = InferenceSession(
+        mlp, device="cuda:0", engine="tensorrt", exec_policy=policy.replace(lock="replay")
+    )
+    assert [d.status for d in replayed.record().decisions] == ["locked"]
+    np.testing.assert_allclose(np.asarray(replayed.run({"input": x})["output"]), expected)

@@ -31,18 +31,22 @@ STEP = textwrap.dedent(
     from xpuruntime.policies import ExecutionPolicy
     from xpuruntime.pytorch.ops import fused_attention
 
-    mode, lock = sys.argv[1:3]
+    mode, lock, device = sys.argv[1:4]
     xrt_torch.set_kernel_policy(
         exec_policy=ExecutionPolicy(lock=mode, lock_file=lock, fallback="error")
     )
     torch.manual_seed(0)
-    q4 = torch.randn(2, 4, 16, 32)
-    q3 = torch.randn(4, 16, 32)
-    outputs = [
-        fused_attention(q4, q4, q4),
-        fused_attention(q4, q4, q4, is_causal=True),
-        fused_attention(q3, q3, q3),
-    ]
+    if device == "cpu":
+        q4 = torch.randn(2, 4, 16, 32)
+        q3 = torch.randn(4, 16, 32)
+        calls = [(q4, False, None), (q4, True, None), (q3, False, None)]
+    else:
+        half = torch.randn(2, 8, 256, 64, device="cuda", dtype=torch.float16)
+        wide = torch.randn(1, 4, 128, 256, device="cuda", dtype=torch.bfloat16)
+        single = torch.randn(2, 4, 64, 64, device="cuda")
+        mask = torch.zeros(256, 256, device="cuda", dtype=torch.float16)
+        calls = [(half, True, None), (half, False, mask), (wide, False, None), (single, False, None)]
+    outputs = [fused_attention(q, q, q, attn_mask=m, is_causal=c) for q, c, m in calls]
     record = xrt_torch.current_record()
     print(json.dumps({
         "outputs": [o.double().sum().item() for o in outputs],
@@ -53,9 +57,12 @@ STEP = textwrap.dedent(
 )
 
 
-def _fresh_process(mode: str, lock: Path) -> dict[str, Any]:
+def _fresh_process(mode: str, lock: Path, device: str = "cpu") -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, "-c", STEP, mode, str(lock)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", STEP, mode, str(lock), device],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
@@ -205,3 +212,20 @@ def test_policy_setting_wins_over_a_contradicting_locked_switch(tmp_path: Path) 
 def test_export_without_onnxscript_says_what_to_install(tmp_path: Path) -> None:
     with pytest.raises(ImportError, match=r"xpuruntime-torch\[export\]"):
         xrt_torch.export(torch.nn.Linear(2, 2), (torch.randn(1, 2),), tmp_path / "bundle")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (PyTorch sees none)")
+def test_sdpa_lock_replays_the_same_backend_per_shape_on_cuda(tmp_path: Path) -> None:
+    lock = tmp_path / "cuda.lock.json"
+    recorded = _fresh_process("record", lock, "cuda")
+    backends = {(shape, kernel) for _, kernel, _, shape in recorded["decisions"] if shape}
+    assert len(backends) == 4
+    for _ in range(3):
+        replayed = _fresh_process("replay", lock, "cuda")
+        assert replayed["fallbacks"] == 0
+        locked = {(shape, kernel) for _, kernel, status, shape in replayed["decisions"] if shape}
+        entries = Lockfile.load(lock).domain("pytorch")
+        expected = {e.choice.backend for e in entries if e.layout != "switches"}
+        assert {kernel for _, kernel in locked} == expected
+        assert {status for _, _, status, shape in replayed["decisions"] if shape} == {"locked"}
