@@ -131,7 +131,7 @@ def typecheck(session: nox.Session) -> None:
     session.install(*_torch_find_links(), TORCH_CPU)
     session.install(
         "mypy>=1.11", "types-PyYAML", "msgspec", "click", "rich", "numpy", "PyYAML", "tomli-w",
-        "onnx", "onnxruntime-qnn", "openvino", "nncf",
+        "onnx", "onnxruntime-qnn", "openvino", "nncf", "onnxscript",
     )  # fmt: skip
     paths = [f"packages/{MEMBERS[m]}/src" for m in PURE_PYTHON]
     paths.append("packages/xpuruntime-core/src/xpuruntime/runtime")
