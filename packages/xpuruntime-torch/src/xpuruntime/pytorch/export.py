@@ -99,6 +99,11 @@ def export(
     kernel = policy_state.get_kernel_policy() if policy is None else None
     if kernel is not None and execution.kernel_policy is None:
         execution = execution.replace(kernel_policy=kernel)
+    from xpuruntime.runtime import lock as core_lock
+
+    active = core_lock.active()
+    if active is not None:
+        active.flush()  # the dispatcher's decisions so far go into the lockfile first
     locked, artifacts = _lock_of(lock, execution)
 
     with torch.no_grad():
