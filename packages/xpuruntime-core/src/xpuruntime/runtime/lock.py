@@ -11,7 +11,11 @@ or ``"replay"`` to the native dispatcher:
   which resolves those signatures to exactly the locked kernel and rebuilds the locked
   algorithm (nothing is timed). A locked choice the dispatcher cannot honour here, a
   signature recorded only in another environment and a signature missing from the lock are
-  decided afresh and go through the policy's fallback mode with the reason.
+  decided afresh (status ``fallen_back``) and go through the policy's fallback mode with the
+  reason: choices refused up front when the lock is handed over, the others when the lock is
+  checked (:meth:`CoreLock.check`, on leaving :func:`use`, on :meth:`CoreLock.flush`, at
+  exit). The native op path reports no per-call status, so ``fallback="error"`` raises there,
+  after the op ran with the dispatcher's own choice.
 
 One lock is active per process (the dispatcher is process-wide)::
 
