@@ -5,6 +5,7 @@
 #include <iterator>
 #include <string>
 
+#include "xpuruntime/checked.h"
 #include "xpuruntime/errors.h"
 
 #if XPURUNTIME_WITH_CUDA
@@ -15,7 +16,16 @@ namespace xrt {
 
 using namespace pool_sizes;
 
+void check_request_bytes(std::size_t bytes, const char* what) {
+  // Rounding a request up to its size class must not wrap around.
+  if (bytes > static_cast<std::size_t>(kMaxBytes)) {
+    throw InvalidArgumentError(std::string(what) + " of " + std::to_string(bytes) +
+                               " bytes exceeds the 2^62-byte limit");
+  }
+}
+
 std::size_t size_class_bytes(std::size_t bytes) {
+  check_request_bytes(bytes, "pool allocation");
   if (bytes <= kMinBlock) return kMinBlock;
   return (bytes + kMinBlock - 1) / kMinBlock * kMinBlock;
 }
@@ -197,6 +207,7 @@ std::size_t device_free_bytes(int device) {
 // Pinned buffers are reused by exact size class: four classes per power of two keep the
 // waste under 25% with few classes (host allocations are rare and not split).
 std::size_t pinned_size_class(std::size_t bytes) {
+  check_request_bytes(bytes, "pinned allocation");
   if (bytes <= kMinBlock) return kMinBlock;
   std::size_t power = kMinBlock;
   while (power * 2 < bytes) power *= 2;

@@ -57,7 +57,9 @@ inline constexpr std::size_t kOwnSegment = 10 << 20;       // from here a reques
 inline constexpr std::size_t kSegmentRounding = 2 << 20;   // ...rounded up to this
 }  // namespace pool_sizes
 
-// Bytes a request of `bytes` occupies in the pool (a 512-byte multiple).
+// InvalidArgumentError naming `what` when `bytes` exceeds kMaxBytes (xpuruntime/checked.h).
+void check_request_bytes(std::size_t bytes, const char* what);
+// Bytes a request of `bytes` occupies in the pool (a 512-byte multiple); checks the request.
 std::size_t size_class_bytes(std::size_t bytes);
 // Driver allocation (segment) made for a block of `block_bytes` when no free block fits.
 std::size_t segment_bytes(std::size_t block_bytes);

@@ -1,6 +1,7 @@
-// A contiguous tensor view shared with other frameworks through DLPack. The storage is kept
-// alive by `holder` (a pool block, a host buffer, or the producer's DLManagedTensor), so
-// import and export never copy.
+// A tensor view shared with other frameworks through DLPack. The storage is kept alive by
+// `holder` (a pool block, a host buffer, or the producer's DLManagedTensor), so import and
+// export never copy. Views may be strided (a transpose, a slice); each kernel says which
+// layouts it takes, and the rest are asked to call .contiguous() first.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <vector>
 
 struct DLManagedTensor;
+struct DLManagedTensorVersioned;
 
 namespace xrt {
 
@@ -33,27 +35,46 @@ DeviceRef parse_device(const std::string& text);
 
 struct Tensor {
   std::shared_ptr<void> holder;
-  void* data = nullptr;
+  void* data = nullptr;  // the first element
   std::vector<std::int64_t> shape;
+  // In elements, one per dimension; empty means row-major contiguous (tensors built by hand).
+  std::vector<std::int64_t> strides;
   DType dtype = DType::F32;
   DeviceRef device;
   bool pinned = false;  // host memory page-locked by cudaHostAlloc
+  bool read_only = false;  // imported with DLPack's read-only flag (kernels only read it)
 
+  // Overflow-checked: InvalidArgumentError for a shape whose product exceeds int64.
   std::int64_t numel() const;
-  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }
+  // Bytes of the elements (numel * itemsize), checked against kMaxBytes.
+  std::size_t nbytes() const;
+  std::int64_t stride(std::size_t dim) const;  // strides[dim], or the contiguous stride
+  // Row-major contiguous (size-1 dimensions may carry any stride).
+  bool is_contiguous() const;
   std::string shape_str() const;
+  std::string strides_str() const;  // the effective strides, "[3, 1]"
 
-  // Fresh uninitialised storage: CUDA from the caching pool on `stream`, CPU 64-byte aligned.
+  // Fresh uninitialised contiguous storage: CUDA from the caching pool on `stream`, CPU
+  // 64-byte aligned. InvalidArgumentError for negative dimensions or sizes beyond 2^62 bytes.
   static Tensor empty(const std::vector<std::int64_t>& shape, DType dtype, DeviceRef device,
                       void* stream = nullptr);
+  static std::vector<std::int64_t> contiguous_strides(const std::vector<std::int64_t>& shape);
 };
 
 // Zero-copy import. Takes ownership of `managed`: when the last view dies, `release` runs
 // (default: the producer's deleter; the Python bindings pass one that takes the GIL first).
-// Rejects non-contiguous layouts, unsupported dtypes and devices with typed errors.
+// Strided views are kept as they are. Every size is checked: a malformed tensor (negative or
+// overflowing shape, strides or byte offset, null or misaligned data) is an
+// InvalidArgumentError; unsupported dtypes and devices are UnsupportedOperationError.
 using DLPackRelease = void (*)(DLManagedTensor*);
 Tensor tensor_from_dlpack(DLManagedTensor* managed, DLPackRelease release = nullptr);
-// Zero-copy export: the returned tensor keeps `t`'s storage alive until its deleter runs.
+// The same for DLPack 1.x versioned tensors (which may be read-only).
+using DLPackVersionedRelease = void (*)(DLManagedTensorVersioned*);
+Tensor tensor_from_dlpack(DLManagedTensorVersioned* managed,
+                          DLPackVersionedRelease release = nullptr);
+// Zero-copy export (shape and strides written): the returned tensor keeps `t`'s storage
+// alive until its deleter runs.
 DLManagedTensor* tensor_to_dlpack(const Tensor& t);
+DLManagedTensorVersioned* tensor_to_dlpack_versioned(const Tensor& t);
 
 }  // namespace xrt

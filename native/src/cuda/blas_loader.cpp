@@ -95,12 +95,17 @@ const BlasLibraries& BlasLibraries::probe() {
       ok &= bind(lt.handle, "cublasLtMatmulDescSetAttribute", b.ltDescSetAttribute, err);
       ok &= bind(lt.handle, "cublasLtMatrixLayoutCreate", b.ltLayoutCreate, err);
       ok &= bind(lt.handle, "cublasLtMatrixLayoutDestroy", b.ltLayoutDestroy, err);
+      ok &= bind(lt.handle, "cublasLtMatrixLayoutSetAttribute", b.ltLayoutSetAttribute, err);
       ok &= bind(lt.handle, "cublasLtMatmulPreferenceCreate", b.ltPrefCreate, err);
       ok &= bind(lt.handle, "cublasLtMatmulPreferenceDestroy", b.ltPrefDestroy, err);
       ok &= bind(lt.handle, "cublasLtMatmulPreferenceSetAttribute", b.ltPrefSetAttribute, err);
       ok &= bind(lt.handle, "cublasLtMatmulAlgoGetHeuristic", b.ltGetHeuristic, err);
       ok &= bind(lt.handle, "cublasLtMatmulAlgoConfigGetAttribute", b.ltAlgoConfigGetAttribute,
                  err);
+      ok &= bind(lt.handle, "cublasLtMatmulAlgoConfigSetAttribute", b.ltAlgoConfigSetAttribute,
+                 err);
+      ok &= bind(lt.handle, "cublasLtMatmulAlgoInit", b.ltAlgoInit, err);
+      ok &= bind(lt.handle, "cublasLtMatmulAlgoCheck", b.ltAlgoCheck, err);
       ok &= bind(lt.handle, "cublasLtMatmul", b.ltMatmul, err);
       b.lt_loaded = ok;
       b.lt_error = ok ? "" : lt.path + ": " + err;
@@ -117,6 +122,7 @@ const BlasLibraries& BlasLibraries::probe() {
       ok &= bind(cb.handle, "cublasSetStream_v2", b.cublasSetStream, err);
       ok &= bind(cb.handle, "cublasGetProperty", b.cublasGetProperty, err);
       ok &= bind(cb.handle, "cublasGemmEx", b.cublasGemmEx, err);
+      ok &= bind(cb.handle, "cublasGemmStridedBatchedEx", b.cublasGemmStridedBatchedEx, err);
       b.cublas_loaded = ok;
       b.cublas_error = ok ? "" : cb.path + ": " + err;
       if (b.cublasGetProperty) {

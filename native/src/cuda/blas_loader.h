@@ -31,6 +31,7 @@ struct BlasLibraries {
   blas::cublasSetStream_v2_t cublasSetStream = nullptr;
   blas::cublasGetProperty_t cublasGetProperty = nullptr;
   blas::cublasGemmEx_t cublasGemmEx = nullptr;
+  blas::cublasGemmStridedBatchedEx_t cublasGemmStridedBatchedEx = nullptr;
 
   blas::cublasLtCreate_t ltCreate = nullptr;
   blas::cublasLtDestroy_t ltDestroy = nullptr;
@@ -40,11 +41,15 @@ struct BlasLibraries {
   blas::cublasLtMatmulDescSetAttribute_t ltDescSetAttribute = nullptr;
   blas::cublasLtMatrixLayoutCreate_t ltLayoutCreate = nullptr;
   blas::cublasLtMatrixLayoutDestroy_t ltLayoutDestroy = nullptr;
+  blas::cublasLtMatrixLayoutSetAttribute_t ltLayoutSetAttribute = nullptr;
   blas::cublasLtMatmulPreferenceCreate_t ltPrefCreate = nullptr;
   blas::cublasLtMatmulPreferenceDestroy_t ltPrefDestroy = nullptr;
   blas::cublasLtMatmulPreferenceSetAttribute_t ltPrefSetAttribute = nullptr;
   blas::cublasLtMatmulAlgoGetHeuristic_t ltGetHeuristic = nullptr;
   blas::cublasLtMatmulAlgoConfigGetAttribute_t ltAlgoConfigGetAttribute = nullptr;
+  blas::cublasLtMatmulAlgoConfigSetAttribute_t ltAlgoConfigSetAttribute = nullptr;
+  blas::cublasLtMatmulAlgoInit_t ltAlgoInit = nullptr;
+  blas::cublasLtMatmulAlgoCheck_t ltAlgoCheck = nullptr;
   blas::cublasLtMatmul_t ltMatmul = nullptr;
 };
 

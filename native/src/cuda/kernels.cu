@@ -113,3 +113,58 @@ void layernorm(const void* x, const void* weight, const void* bias, void* y, DTy
 }
 
 }  // namespace xrt::cuda
+
+namespace xrt::cuda {
+
+namespace {
+// d/dx of GELU's tanh approximation (cuBLASLt's GELU), in fp32.
+__device__ __forceinline__ float gelu_derivative(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f, kCubic = 0.044715f;
+  const float t = tanhf(kSqrt2OverPi * (x + kCubic * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
+}
+
+template <typename T>
+__global__ void activation_grad_kernel(const T* __restrict__ dy, const T* __restrict__ saved,
+                                       std::int64_t saved_ld, T* __restrict__ dz,
+                                       std::int64_t rows, std::int64_t n, bool gelu) {
+  const std::int64_t total = rows * n;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t r = i / n, c = i - r * n;
+    const float s = static_cast<float>(saved[r * saved_ld + c]);
+    const float g = static_cast<float>(dy[i]);
+    dz[i] = static_cast<T>(gelu ? g * gelu_derivative(s) : (s > 0.0f ? g : 0.0f));
+  }
+}
+
+template <typename T>
+void launch_activation_grad(const void* dy, const void* saved, std::int64_t saved_ld, void* dz,
+                            std::int64_t rows, std::int64_t n, bool gelu, cudaStream_t stream) {
+  const std::int64_t total = rows * n;
+  if (total == 0) return;
+  const unsigned blocks = static_cast<unsigned>(std::min<std::int64_t>((total + 255) / 256, 65535));
+  activation_grad_kernel<T><<<blocks, 256, 0, stream>>>(static_cast<const T*>(dy),
+                                                        static_cast<const T*>(saved), saved_ld,
+                                                        static_cast<T*>(dz), rows, n, gelu);
+  XRT_CUDA_CHECK(cudaGetLastError());
+}
+}  // namespace
+
+void activation_grad(const void* dy, const void* saved, std::int64_t saved_ld, void* dz,
+                     DType dtype, std::int64_t rows, std::int64_t n, bool gelu, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case DType::F32: launch_activation_grad<float>(dy, saved, saved_ld, dz, rows, n, gelu, s); break;
+    case DType::F16: launch_activation_grad<__half>(dy, saved, saved_ld, dz, rows, n, gelu, s); break;
+    case DType::BF16:
+      launch_activation_grad<__nv_bfloat16>(dy, saved, saved_ld, dz, rows, n, gelu, s);
+      break;
+    default:
+      throw UnsupportedOperationError(std::string("activation gradient on CUDA computes float32, "
+                                                  "float16 and bfloat16, got ") +
+                                      dtype_name(dtype));
+  }
+}
+
+}  // namespace xrt::cuda

@@ -17,4 +17,9 @@ void fill_uniform(void* data, DType dtype, std::size_t count, std::uint32_t seed
 void layernorm(const void* x, const void* weight, const void* bias, void* y, DType dtype,
                std::int64_t rows, std::int64_t d, double eps, void* stream);
 
+// dz = dy * act'(saved) elementwise over rows of length n (GELU's tanh approximation when
+// `gelu`, else ReLU); saved has row stride saved_ld, dy and dz are contiguous.
+void activation_grad(const void* dy, const void* saved, std::int64_t saved_ld, void* dz,
+                     DType dtype, std::int64_t rows, std::int64_t n, bool gelu, void* stream);
+
 }  // namespace xrt::cuda

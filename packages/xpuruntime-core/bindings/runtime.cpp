@@ -7,6 +7,7 @@
 #include "xpuruntime/errors.h"
 #include "xpuruntime/memory.h"
 #include "xpuruntime/microbench.h"
+#include "xpuruntime/ops.h"
 #include "xpuruntime/profiler.h"
 #include "xpuruntime/stream.h"
 
@@ -48,7 +49,8 @@ void bind_memory(py::module_& m) {
       xrt::CachingAllocator::instance().free_pinned(q);
     });
     t.data = p;
-    t.shape = {static_cast<std::int64_t>(nbytes)};
+    t.shape = {static_cast<std::int64_t>(nbytes)};  // nbytes <= 2^62: checked by the pool
+    t.strides = {1};
     t.dtype = xrt::DType::U8;
     t.device = {xrt::DeviceKind::CPU, 0};
     t.pinned = true;
@@ -122,27 +124,130 @@ void bind_profiler(py::module_& m) {
   });
 }
 
+py::dict algorithm_dict(const xrt::AlgorithmConfig& algorithm) {
+  py::dict d;
+  for (const auto& [name, value] : algorithm) d[py::str(name)] = value;
+  return d;
+}
+
+py::list candidate_list(const std::vector<xrt::TimedCandidate>& candidates) {
+  py::list out;
+  for (const auto& c : candidates) {
+    py::dict item;
+    if (c.algorithm.empty()) {
+      item["kernel"] = c.kernel;
+    } else {
+      item["algorithm"] = algorithm_dict(c.algorithm);
+      item["rank"] = c.rank;
+    }
+    item["ms"] = c.ms;
+    out.append(item);
+  }
+  return out;
+}
+
+// Everything a decision holds, materialised only when read.
+py::dict decision_dict(const xrt::Decision& x, const std::string& last_detail = "") {
+  const xrt::DecisionNotes notes = x.notes();
+  py::dict item;
+  item["op"] = x.op;
+  item["kernel"] = x.kernel;
+  item["library"] = x.library;
+  item["mode"] = x.mode;
+  item["strategy"] = x.strategy;
+  item["reason"] = x.reason;
+  item["shape"] = x.shape;
+  item["dims"] = x.query.shape;
+  item["dtype"] = x.dtype;
+  item["device"] = x.device;
+  item["layout"] = x.layout;
+  item["status"] = xrt::status_name(x.status());
+  item["detail"] = notes.detail.empty() ? last_detail : notes.detail;
+  item["algorithm"] = notes.algorithm.empty() ? py::object(py::none())
+                                              : py::object(algorithm_dict(notes.algorithm));
+  py::list candidates = candidate_list(x.candidates);
+  for (auto c : candidate_list(notes.candidates)) candidates.append(c);
+  item["candidates"] = candidates;
+  return item;
+}
+
+py::dict problem_dict(const xrt::LockProblem& p) {
+  py::dict d;
+  d["op"] = p.signature.op;
+  d["shape"] = p.signature.shape;
+  d["dtype"] = xrt::dtype_name(p.signature.dtype);
+  d["device"] = p.signature.device.str();
+  d["layout"] = xrt::layout_text(p.signature.variant);
+  d["kernel"] = p.kernel;
+  d["reason"] = p.reason;
+  return d;
+}
+
+xrt::LockEntry lock_entry(const py::handle& obj) {
+  py::dict d = py::reinterpret_borrow<py::dict>(obj);
+  auto need = [&d](const char* key) {
+    if (!d.contains(key)) {
+      throw xrt::InvalidArgumentError(std::string("lock entry lacks '") + key +
+                                      "' (needs op, shape, dtype, device, layout, kernel)");
+    }
+    return d[key];
+  };
+  xrt::LockEntry e;
+  e.signature.op = need("op").cast<std::string>();
+  e.signature.shape = need("shape").cast<std::vector<std::int64_t>>();
+  e.signature.dtype = xrt::dtype_from_name(need("dtype").cast<std::string>());
+  e.signature.device = xrt::parse_device(need("device").cast<std::string>());
+  e.signature.variant = xrt::layout_from_text(need("layout").cast<std::string>());
+  e.kernel = need("kernel").cast<std::string>();
+  if (d.contains("algorithm") && !d["algorithm"].is_none()) {
+    for (auto item : py::reinterpret_borrow<py::dict>(d["algorithm"])) {
+      e.algorithm.emplace_back(item.first.cast<std::string>(), item.second.cast<std::int64_t>());
+    }
+  }
+  return e;
+}
+
 void bind_dispatcher(py::module_& m) {
   auto& d = xrt::Dispatcher::instance();
   m.def("dispatcher_decisions", [&d] {
     py::list out;
-    for (const auto& entry : d.decisions()) {
-      const auto& x = entry.decision;
-      py::dict item;
-      item["op"] = x.op;
-      item["kernel"] = x.kernel;
-      item["library"] = x.library;
-      item["mode"] = x.mode;
-      item["reason"] = x.reason;
-      item["shape"] = x.shape;
-      item["dtype"] = x.dtype;
-      item["device"] = x.device;
-      item["detail"] = entry.detail;
-      out.append(item);
-    }
+    for (const auto& x : d.decisions()) out.append(decision_dict(*x));
     return out;
   });
-  m.def("dispatcher_clear", [&d] { d.clear(); });
+  m.def("export_decisions", [&d] {
+    py::list out;
+    for (const auto& x : d.cached()) out.append(decision_dict(*x));
+    return out;
+  });
+  m.def("last_decision", [] () -> py::object {
+    const xrt::LastCall& last = xrt::last_call();
+    if (!last.decision) return py::none();
+    return decision_dict(*last.decision, last.detail);
+  });
+  m.def("set_lock",
+        [&d](const std::string& mode, py::object entries) {
+          std::vector<xrt::LockEntry> parsed;
+          if (!entries.is_none()) {
+            for (auto e : entries) parsed.push_back(lock_entry(e));
+          }
+          const xrt::LockMode lock_mode = xrt::lock_mode_from_name(mode);
+          std::vector<xrt::LockProblem> problems;
+          {
+            py::gil_scoped_release release;
+            problems = d.set_lock(lock_mode, std::move(parsed));
+          }
+          py::list out;
+          for (const auto& p : problems) out.append(problem_dict(p));
+          return out;
+        },
+        py::arg("mode"), py::arg("entries"));
+  m.def("lock_mode", [&d] { return xrt::lock_mode_name(d.lock_mode()); });
+  m.def("lock_problems", [&d](bool take) {
+    py::list out;
+    for (const auto& p : take ? d.take_lock_problems() : d.lock_problems()) out.append(problem_dict(p));
+    return out;
+  }, py::arg("take") = false);
+  m.def("dispatcher_clear", [&d] { d.clear(); }, py::call_guard<py::gil_scoped_release>());
   m.def("dispatcher_cache_hits", [&d] { return d.cache_hits(); });
   m.def("dispatcher_cache_size", [&d] { return d.cache_size(); });
   m.def("registered_ops", [] { return xrt::KernelRegistry::instance().ops(); });
@@ -160,11 +265,13 @@ void bind_dispatcher(py::module_& m) {
   }, py::arg("op"));
   m.def("kernel_unsupported_reason",
         [](const std::string& op, const std::string& kernel, const std::vector<std::int64_t>& shape,
-           const std::string& dtype, const std::string& device) {
-          const xrt::OpQuery q{op, shape, xrt::dtype_from_name(dtype), xrt::parse_device(device)};
+           const std::string& dtype, const std::string& device, const std::string& layout) {
+          const xrt::OpQuery q{op, shape, xrt::dtype_from_name(dtype), xrt::parse_device(device),
+                               xrt::layout_from_text(layout)};
           return xrt::KernelRegistry::instance().find(op, kernel).unsupported_reason(q);
         },
-        py::arg("op"), py::arg("kernel"), py::arg("shape"), py::arg("dtype"), py::arg("device"));
+        py::arg("op"), py::arg("kernel"), py::arg("shape"), py::arg("dtype"), py::arg("device"),
+        py::arg("layout") = "");
 }
 
 void bind_microbench(py::module_& m) {

@@ -37,11 +37,18 @@ def test_every_supported_dtype_round_trips() -> None:
         assert np.from_dlpack(t).dtype == a.dtype
 
 
-def test_non_contiguous_is_rejected_with_what_to_do() -> None:
-    a = np.zeros((4, 6), dtype=np.float32)[:, ::2]
-    with pytest.raises(rt.UnsupportedOperationError, match=r"not contiguous.*ascontiguousarray"):
-        rt.from_dlpack(a)
-    assert rt.from_dlpack(np.ascontiguousarray(a)).shape == (4, 3)
+def test_strided_views_keep_their_strides_both_ways() -> None:
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)[:, ::2]
+    t = rt.from_dlpack(a)
+    assert t.shape == (4, 3)
+    assert t.strides == (6, 2)  # elements, as DLPack counts them
+    assert not t.is_contiguous
+    back = np.from_dlpack(t)
+    np.testing.assert_array_equal(back, a)
+    assert back.ctypes.data == a.ctypes.data
+    transposed = rt.from_dlpack(np.ones((3, 5), np.float32).T)
+    assert transposed.strides == (1, 5)
+    assert rt.from_dlpack(np.ascontiguousarray(a)).is_contiguous
 
 
 def test_unsupported_dtype_is_rejected_with_choices() -> None:
@@ -83,5 +90,6 @@ def test_torch_cpu_round_trip_shares_memory() -> None:
     bf = rt.from_dlpack(torch.ones(4, dtype=torch.bfloat16))
     assert bf.dtype == "bfloat16"
     assert torch.from_dlpack(bf).dtype == torch.bfloat16
-    with pytest.raises(rt.UnsupportedOperationError, match="not contiguous"):
-        rt.from_dlpack(x.t())
+    t = rt.from_dlpack(x.t())
+    assert t.strides == (1, 3)
+    assert torch.equal(torch.from_dlpack(t), x.t())

@@ -4,6 +4,9 @@
 a pinned kernel must run (UnsupportedOperationError otherwise), a preferred one runs when it
 can, and auto uses the policy's strategy (FirstSupported, or BestPerformance measured once and
 cached). Every new resolution is logged with its reason; see :meth:`Dispatcher.decisions`.
+
+The decision lockfile uses :meth:`Dispatcher.export_decisions` to record what was decided
+(kernels, cuBLASLt algorithms, timed candidates) and :meth:`Dispatcher.set_lock` to replay it.
 """
 
 from __future__ import annotations
@@ -11,19 +14,27 @@ from __future__ import annotations
 import builtins
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, cast
 
 from xpuruntime.policies import KernelPolicy
+from xpuruntime.runtime.errors import InvalidArgumentError
 from xpuruntime.runtime.native import core
-from xpuruntime.runtime.record import DecisionRecord
+from xpuruntime.runtime.record import DecisionRecord, DecisionStatus
+
+#: How the dispatcher treats the decision lockfile: ``off`` and ``record`` decide as usual
+#: (the lockfile layer reads :meth:`Dispatcher.export_decisions` in ``record``), ``replay``
+#: resolves every signature in the lock to its locked kernel and algorithm.
+LockMode = Literal["off", "record", "replay"]
 
 __all__ = [
     "Decision",
     "Dispatcher",
     "EngineRegistry",
     "KernelInfo",
+    "LockMode",
     "dispatcher",
     "engine_registry",
+    "native_choice",
     "policy_choice",
 ]
 
@@ -41,23 +52,44 @@ class Decision:
     dtype: str
     device: str
     detail: str = ""  # what the kernel reported (for example the cuBLASLt algorithm)
+    #: "decided", "locked" (replayed from the lockfile) or "fallen_back" (reason says why)
+    status: DecisionStatus = "decided"
+    #: GEMM ops: how a and b are stored ("NN", "TN", ...), the fused epilogue and TF32
+    layout: str = ""
 
     @classmethod
     def _from_native(cls, data: Mapping[str, Any]) -> Decision:
-        """From a decision-log entry of the native dispatcher."""
-        return cls(**data)
+        """From a decision entry of the native dispatcher."""
+        return cls(
+            op=data["op"],
+            kernel=data["kernel"],
+            library=data["library"],
+            mode=data["mode"],
+            reason=data["reason"],
+            shape=data["shape"],
+            dtype=data["dtype"],
+            device=data["device"],
+            detail=data["detail"],
+            status=data["status"],
+            layout=data["layout"],
+        )
 
     def to_record(self) -> DecisionRecord:
-        """As the execution record's DecisionRecord (detail appended to the reason)."""
-        reason = f"{self.reason}; {self.detail}" if self.detail else self.reason
+        """As the execution record's DecisionRecord (layout and detail appended to the reason)."""
+        parts = [self.reason]
+        if self.layout:
+            parts.append(f"layout {self.layout}")
+        if self.detail:
+            parts.append(self.detail)
         return DecisionRecord(
             op=self.op,
             kernel=self.kernel,
             mode=self.mode,
-            reason=reason,
+            reason="; ".join(parts),
             shape=self.shape,
             dtype=self.dtype,
             device=self.device,
+            status=self.status,
         )
 
 
@@ -80,6 +112,36 @@ def policy_choice(op: str, policy: KernelPolicy | None) -> tuple[str, str, str]:
     return kernel or "", mode, policy.strategy.name
 
 
+# Native PolicyChoice objects by policy content: an op call looks one up instead of passing
+# strings for the native side to parse. KernelPolicy is mutable, so the key is its content
+# for the op (kernel, mode, strategy), read afresh on every call.
+_CHOICES: dict[tuple[Any, ...], Any] = {}
+_PRECISIONS = {None: False, "fp32": False, "tf32": True}
+
+
+def native_choice(op: str, policy: KernelPolicy | None, precision: str | None = None) -> Any:
+    """The native PolicyChoice for ``op`` under ``policy`` and ``precision`` (cached).
+
+    ``precision`` ``"tf32"`` lets fp32 GEMMs compute with TF32 tensor cores
+    (CUBLAS_COMPUTE_32F_FAST_TF32); None and ``"fp32"`` keep full fp32.
+    """
+    try:
+        tf32 = _PRECISIONS[precision]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError(
+            f"precision {precision!r} is not one an op takes; use None, 'fp32' or 'tf32'"
+        ) from None
+    if policy is None:
+        key: tuple[Any, ...] = (op, tf32)
+    else:
+        key = (op, policy.get(op), policy.mode(op), policy.strategy, tf32)
+    choice = _CHOICES.get(key)
+    if choice is None:
+        kernel, mode, strategy = policy_choice(op, policy)
+        choice = _CHOICES[key] = core().PolicyChoice(kernel, mode, strategy, tf32)
+    return choice
+
+
 class Dispatcher:
     """Facade over the native dispatcher (one per process)."""
 
@@ -93,21 +155,79 @@ class Dispatcher:
     ) -> Decision:
         """Resolve ``op`` for the given shape (matmul: [M, K, N]), dtype and device."""
         kernel, mode, strategy = policy_choice(op, policy)
-        return Decision(*core().resolve(op, list(shape), dtype, device, kernel, mode, strategy))
+        fields, status, layout = core().resolve(
+            op, list(shape), dtype, device, kernel, mode, strategy
+        )
+        return Decision(*fields, status=status, layout=layout)
 
     def decisions(self) -> list[DecisionRecord]:
-        """Every new resolution so far (and algorithm choices of the kernels), in order."""
+        """Every new resolution so far (with the algorithm the kernel chose), in order."""
         return [Decision._from_native(d).to_record() for d in core().dispatcher_decisions()]
+
+    def export_decisions(self) -> list[dict[str, Any]]:
+        """Every cached decision, for the decision lockfile.
+
+        Each is ``{"op", "shape", "dtype", "device", "layout", "kernel", "mode", "strategy",
+        "reason", "status", "algorithm", "candidates", "library", "detail"}``: ``shape`` the
+        op's signature dimensions (matmul/linear ``[M, K, N]`` or ``[B, M, K, N]``),
+        ``layout`` how a and b are stored (``"NN"``, ``"TN"``, ... with ``T`` a transposed
+        view, then ``+EPILOGUE`` and ``:tf32``; ``""`` for other ops), ``algorithm`` the
+        kernel's configuration as a plain dict (cuBLASLt: ``{"algo_id", "tile", "stages",
+        "splitk", "reduction", "swizzle", "custom", "inner_shape", "cluster_shape",
+        "workspace"}``) or None, and ``candidates`` what was timed to choose it:
+        ``{"kernel", "ms"}`` for BestPerformance among kernels, ``{"algorithm", "rank",
+        "ms"}`` for the kernel's algorithms (``rank`` is the cuBLASLt heuristic's).
+        """
+        out = []
+        for d in core().export_decisions():
+            entry = {key: d[key] for key in _EXPORTED}
+            entry["shape"] = list(d["dims"])
+            out.append(entry)
+        return out
+
+    def set_lock(
+        self, mode: LockMode, entries: Sequence[Mapping[str, Any]] | None = None
+    ) -> list[dict[str, Any]]:
+        """Set the lock mode and, for ``replay``, the locked decisions.
+
+        ``entries`` are dicts as :meth:`export_decisions` returns them (``op``, ``shape``,
+        ``dtype``, ``device``, ``layout``, ``kernel``, optional ``algorithm``; other keys are
+        ignored). In ``replay`` a call whose signature is in ``entries`` runs exactly the
+        locked kernel (decision status ``"locked"``, nothing timed) and, for cuBLASLt, the
+        locked algorithm, rebuilt with cublasLtMatmulAlgoInit and validated with
+        cublasLtMatmulAlgoCheck. A locked choice that cannot be honoured here, or a signature
+        missing from the lock, is decided afresh with status ``"fallen_back"`` and reported
+        by :meth:`lock_problems`; applying the fallback mode is the caller's.
+
+        Clears every cached decision. Returns the problems found at once (unknown kernels,
+        kernels that cannot run the signature here, algorithms cuBLASLt rejects), each
+        ``{"op", "shape", "dtype", "device", "layout", "kernel", "reason"}``.
+        """
+        if mode not in ("off", "record", "replay"):
+            raise InvalidArgumentError(
+                f"lock mode {mode!r} is not one of 'off', 'record', 'replay'"
+            )
+        return [dict(p) for p in core().set_lock(mode, None if entries is None else list(entries))]
+
+    def lock_mode(self) -> LockMode:
+        return cast(LockMode, core().lock_mode())
+
+    def lock_problems(self, *, take: bool = False) -> list[dict[str, Any]]:
+        """Lock entries not honoured so far (with ``take``, returned once and forgotten)."""
+        return [dict(p) for p in core().lock_problems(take)]
 
     def kernels(self, op: str) -> list[KernelInfo]:
         """The kernels registered for ``op``, in FirstSupported order."""
         return [KernelInfo(**k) for k in core().registered_kernels(op)]
 
     def supports(
-        self, op: str, kernel: str, shape: Sequence[int], dtype: str, device: str
+        self, op: str, kernel: str, shape: Sequence[int], dtype: str, device: str, layout: str = ""
     ) -> tuple[bool, str]:
-        """Whether ``kernel`` can run the query, and if not, why."""
-        reason = str(core().kernel_unsupported_reason(op, kernel, list(shape), dtype, device))
+        """Whether ``kernel`` can run the query (``layout`` as in :meth:`export_decisions`),
+        and if not, why."""
+        reason = str(
+            core().kernel_unsupported_reason(op, kernel, list(shape), dtype, device, layout)
+        )
         return reason == "", reason
 
     def ops(self) -> list[str]:
@@ -119,6 +239,23 @@ class Dispatcher:
 
     def cache_info(self) -> dict[str, int]:
         return {"entries": core().dispatcher_cache_size(), "hits": core().dispatcher_cache_hits()}
+
+
+_EXPORTED = (
+    "op",
+    "dtype",
+    "device",
+    "layout",
+    "kernel",
+    "mode",
+    "strategy",
+    "reason",
+    "status",
+    "algorithm",
+    "candidates",
+    "library",
+    "detail",
+)
 
 
 class EngineRegistry:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from xpuruntime.runtime.errors import InvalidArgumentError
 from xpuruntime.runtime.native import core
 
 if TYPE_CHECKING:
@@ -63,7 +64,12 @@ def size_class(nbytes: int) -> int:
 
 
 def pinned_empty(nbytes: int) -> Tensor:
-    """A page-locked host buffer of ``nbytes`` uint8 (cached by size class when freed)."""
+    """A page-locked host buffer of ``nbytes`` uint8 (cached by size class when freed).
+
+    InvalidArgumentError for a negative size or more than 2^62 bytes.
+    """
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or not 0 <= nbytes < 2**64:
+        raise InvalidArgumentError(f"pinned_empty: nbytes must be an int >= 0, got {nbytes!r}")
     tensor: Tensor = core().pinned_empty(nbytes)
     return tensor
 
