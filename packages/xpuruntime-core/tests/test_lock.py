@@ -148,7 +148,7 @@ def test_signature_missing_from_the_lock_is_a_fallback(tmp_path: Path) -> None:
     with core_lock.use(_policy("replay", lock, "allow"), record):
         b = np.ones((3, 5), np.float32)
         ops.matmul(b, b.T.copy())
-    assert any("not in the lockfile" in f.reason for f in record.fallbacks)
+    assert any("not in the lock" in f.reason for f in record.fallbacks)
 
 
 def _entry(device: str, domain: str = "core") -> LockEntry:

@@ -38,7 +38,7 @@ def _core_refusal(entry: LockEntry) -> str:
     kernel = entry.choice.kernel or ""
     try:
         ok, reason = dispatcher.supports(
-            entry.op, kernel, json.loads(entry.shape), entry.dtype, entry.device
+            entry.op, kernel, json.loads(entry.shape), entry.dtype, entry.device, entry.layout
         )
     except XpuRuntimeError as exc:
         return str(exc)
