@@ -110,7 +110,8 @@ def _conflicts(op: str, kernel: str, mode: str, device: str) -> bool:
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One model holding every policy op: MatMul, MultiHeadAttention, LayerNormalization, Conv."""
+    """One model holding every policy op: MatMul, MultiHeadAttention, LayerNormalization, Conv,
+    SkipSimplifiedLayerNormalization (RMSNorm) and Gemm (linear)."""
     f = TensorProto.FLOAT
     inputs = [
         helper.make_tensor_value_info("a", f, [2, 8]),
@@ -118,17 +119,23 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
         helper.make_tensor_value_info("q", f, [1, 4, 8]),
         helper.make_tensor_value_info("x", f, [2, 8]),
         helper.make_tensor_value_info("image", f, [1, 1, 5, 5]),
+        helper.make_tensor_value_info("r", f, [2, 8]),
+        helper.make_tensor_value_info("features", f, [2, 8]),
     ]
     outputs = [
         helper.make_tensor_value_info("mm", f, [2, 4]),
         helper.make_tensor_value_info("att", f, [1, 4, 8]),
         helper.make_tensor_value_info("ln", f, [2, 8]),
         helper.make_tensor_value_info("conv", f, [1, 1, 3, 3]),
+        helper.make_tensor_value_info("rms", f, [2, 8]),
+        helper.make_tensor_value_info("lin", f, [2, 4]),
     ]
     initializers = [
         helper.make_tensor("scale", f, [8], [1.0] * 8),
         helper.make_tensor("bias", f, [8], [0.0] * 8),
         helper.make_tensor("weight", f, [1, 1, 3, 3], [0.1] * 9),
+        helper.make_tensor("linear_weight", f, [4, 8], [0.1] * 32),
+        helper.make_tensor("linear_bias", f, [4], [0.0] * 4),
     ]
     nodes = [
         helper.make_node("MatMul", ["a", "b"], ["mm"]),
@@ -137,6 +144,10 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ),
         helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["ln"], axis=-1),
         helper.make_node("Conv", ["image", "weight"], ["conv"]),
+        helper.make_node(
+            "SkipSimplifiedLayerNormalization", ["r", "x", "scale"], ["rms"], domain="com.microsoft"
+        ),
+        helper.make_node("Gemm", ["features", "linear_weight", "linear_bias"], ["lin"], transB=1),
     ]
     graph = helper.make_graph(nodes, "policy_ops", inputs, outputs, initializers)
     proto = helper.make_model(
@@ -189,6 +200,11 @@ def _run_op(op: str, device: str) -> None:
         xrt_torch.ops.fused_attention(q, q, q)
     elif op == "layernorm":
         xrt_torch.ops.fused_layernorm(torch.randn(4, 32, device=device), [32])
+    elif op == "rmsnorm":
+        xrt_torch.ops.fused_rmsnorm(torch.randn(4, 32, device=device), [32])
+    elif op == "linear":
+        x = torch.randn(4, 32, device=device)
+        xrt_torch.ops.fused_linear(x, torch.randn(16, 32, device=device), None, "relu")
     elif op == "conv":
         F.conv2d(torch.randn(1, 3, 16, 16, device=device), torch.randn(4, 3, 3, 3, device=device))
 

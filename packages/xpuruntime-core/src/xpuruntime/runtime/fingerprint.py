@@ -8,13 +8,11 @@ that decide results. Versions come from package metadata: nothing heavy is impor
 
 from __future__ import annotations
 
-import hashlib
 import platform
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-import msgspec
-
+from xpuruntime.policies.lock import environment_key
 from xpuruntime.runtime.native import core
 
 __all__ = ["FINGERPRINT_PACKAGES", "environment_fingerprint", "fingerprint_hash"]
@@ -22,12 +20,19 @@ __all__ = ["FINGERPRINT_PACKAGES", "environment_fingerprint", "fingerprint_hash"
 FINGERPRINT_PACKAGES = (
     "xpuruntime-core",
     "xpuruntime-policies",
+    "xpuruntime-inference",
+    "xpuruntime-torch",
+    "xpuruntime-npu",
     "numpy",
     "torch",
+    "triton",
     "onnxruntime",
     "onnxruntime-gpu",
+    "onnxruntime-qnn",
     "openvino",
     "tensorrt",
+    "tensorrt-cu12",
+    "tensorrt-cu13",
     "cupy-cuda12x",
     "cupy-cuda13x",
 )
@@ -85,6 +90,6 @@ def environment_fingerprint() -> dict[str, Any]:
 
 
 def fingerprint_hash(fp: dict[str, Any] | None = None) -> str:
-    """Stable hex SHA-256 of ``fp`` (default: this environment's fingerprint)."""
-    data = environment_fingerprint() if fp is None else fp
-    return hashlib.sha256(msgspec.json.encode(data, order="sorted")).hexdigest()
+    """Stable hex SHA-256 of ``fp`` (default: this environment's fingerprint); the key a
+    lockfile stores the fingerprint under."""
+    return environment_key(environment_fingerprint() if fp is None else fp)

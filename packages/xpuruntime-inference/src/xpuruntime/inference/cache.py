@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from xpuruntime.inference.errors import CacheError
+from xpuruntime.policies.bundle import file_sha256 as file_digest
 
 if TYPE_CHECKING:
     from xpuruntime.runtime.record import ExecutionRecord, FallbackMode
@@ -61,15 +62,6 @@ _STAGING = ".staging-"
 _TRASH = ".trash-"
 _LOCKS = ".locks"
 _UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-
-
-def file_digest(path: Path) -> str:
-    """SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def stable_digest(value: Any) -> str:

@@ -27,9 +27,12 @@ OP_TYPES: dict[str, frozenset[str]] = {
     "attention": frozenset(
         {"Attention", "MultiHeadAttention", "GroupQueryAttention", "PackedAttention"}
     ),
-    "layernorm": frozenset(
-        {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization"}
+    "layernorm": frozenset({"LayerNormalization", "SkipLayerNormalization"}),
+    "rmsnorm": frozenset(
+        {"RMSNormalization", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"}
     ),
+    # A linear layer is a Gemm (x @ W^T + b, ONNX's export of nn.Linear) or a fused one.
+    "linear": frozenset({"Gemm", "FusedGemm"}),
     "conv": frozenset({"Conv", "ConvTranspose", "FusedConv", "QLinearConv", "NhwcConv"}),
 }
 

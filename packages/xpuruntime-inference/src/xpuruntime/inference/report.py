@@ -104,10 +104,10 @@ def _nodes(record: ExecutionRecord) -> Table:
 
 def _decisions(record: ExecutionRecord) -> Table:
     table = Table(title="Kernel decisions", title_justify="left")
-    for column in ("op", "kernel", "mode", "reason"):
+    for column in ("op", "kernel", "mode", "status", "reason"):
         table.add_column(column, overflow="fold")
-    for d in record.decisions:
-        table.add_row(_fmt(d.op), _fmt(d.kernel), _fmt(d.mode), _fmt(d.reason))
+    for d in record.decisions:  # status: decided now, locked (replayed) or fallen_back
+        table.add_row(_fmt(d.op), _fmt(d.kernel), _fmt(d.mode), d.status, _fmt(d.reason))
     return table
 
 

@@ -21,6 +21,7 @@ from xpuruntime.inference.errors import (
     SessionClosedError,
     did_you_mean,
 )
+from xpuruntime.inference.lock_apply import create_session
 from xpuruntime.inference.model_source import open_model
 from xpuruntime.inference.selection import availability_of, choose_engine, supports
 from xpuruntime.inference.validation import FeedValidator, describe_tensor
@@ -32,6 +33,7 @@ from xpuruntime.runtime.record import Choice, ExecutionRecord, RunRecord
 if TYPE_CHECKING:
     import onnx
 
+    from xpuruntime.inference.bundle import BundleVerification
     from xpuruntime.policies import KernelPolicy
     from xpuruntime.runtime.engines import EngineSession, RunStats, TensorInfo
 
@@ -122,6 +124,15 @@ class InferenceSession:
                     f"backend is an alias of engine, pass one"
                 )
             engine = backend
+        bundle = None
+        if isinstance(model, (str, os.PathLike)) and Path(model).expanduser().is_dir():
+            # A bundle: model, policy and lockfile travel together. Its policy (with the lock
+            # replayed) is the policy layer unless exec_policy names another.
+            from xpuruntime.inference.bundle import open_bundle
+
+            bundle = open_bundle(Path(model).expanduser())
+            exec_policy = bundle.policy(exec_policy)
+            model = bundle.model
         arguments = _arguments(
             device=device, fp16=fp16, kernel_policy=kernel_policy, extra=policy_arguments
         )
@@ -160,7 +171,11 @@ class InferenceSession:
             engine=chosen.choice,
             device=Choice(policy.device, str(spec), device_reason),
         )
-        self._engine_session: EngineSession = chosen.engine().create_session(
+        if bundle is not None:
+            bundle.describe(record)
+        self._bundle = bundle
+        self._engine_session: EngineSession = create_session(
+            chosen.engine(),
             path,
             device=str(spec),
             exec_policy=policy,
@@ -346,6 +361,30 @@ class InferenceSession:
         from xpuruntime.inference.report import render_text
 
         return render_text(self.record(), width=width)
+
+    def verify(
+        self,
+        *,
+        rtol: float | None = None,
+        atol: float | None = None,
+        raise_on_failure: bool = True,
+    ) -> BundleVerification:
+        """Run a bundle's reference inputs and compare with its reference outputs.
+
+        Only for sessions opened from a bundle directory. Tolerances default to the ones
+        exported with the bundle; a mismatch raises VerificationError (or is returned with
+        ``passed=False`` when ``raise_on_failure=False``).
+        """
+        if self._bundle is None:
+            raise PolicyError(
+                "verify() compares with a bundle's reference outputs; open the session from a"
+                " bundle directory written by xpuruntime.pytorch.export"
+            )
+        from xpuruntime.inference.bundle import verify_session
+
+        return verify_session(
+            self, self._bundle, rtol=rtol, atol=atol, raise_on_failure=raise_on_failure
+        )
 
     def export_trace(self, path: str | os.PathLike[str]) -> Path:
         """Write a Chrome trace merging the engine's profile with the core profiler's events.

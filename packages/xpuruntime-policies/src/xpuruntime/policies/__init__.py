@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from xpuruntime.policies.execution_policy import CollectivePolicy, ExecutionPolicy, MemoryPolicy
     from xpuruntime.policies.kernel_policy import KernelPolicy, Mode, OpPolicy
     from xpuruntime.policies.layering import LayeredPolicy, layered_policy, resolve_policy
+    from xpuruntime.policies.lock import Lockfile, LockfileError, LockfileTamperedError
     from xpuruntime.policies.schema import json_schema
     from xpuruntime.policies.strategy import AutoSelectStrategy, BestPerformance, FirstSupported
 
@@ -57,6 +58,9 @@ _LAZY = {
     "LayeredPolicy": "layering",
     "layered_policy": "layering",
     "resolve_policy": "layering",
+    "Lockfile": "lock",
+    "LockfileError": "lock",
+    "LockfileTamperedError": "lock",
     "json_schema": "schema",
     "AutoSelectStrategy": "strategy",
     "BestPerformance": "strategy",
@@ -90,6 +94,9 @@ __all__ = [
     "FirstSupported",
     "KernelPolicy",
     "LayeredPolicy",
+    "Lockfile",
+    "LockfileError",
+    "LockfileTamperedError",
     "MemoryPolicy",
     "Mode",
     "OpPolicy",

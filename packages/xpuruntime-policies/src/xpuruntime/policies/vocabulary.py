@@ -109,7 +109,7 @@ BUILTIN_KERNELS: tuple[KernelSpec, ...] = (
     _kernel(
         "linear", "cublasLt", "cuda", "cuda", "torch xpuruntime", "cuBLASLt GEMM + fused epilogue"
     ),
-    _kernel("linear", "cpu", "cpu", "cpu", "torch xpuruntime", "CPU reference GEMM + epilogue"),
+    _kernel("linear", "cpu", "cpu", "cpu", "onnxruntime torch xpuruntime", "CPU GEMM + epilogue"),
     _kernel("linear", "torch", "torch", "cpu cuda", "torch", "PyTorch's F.linear + activation"),
     _kernel("attention", "flash_v2", "cuda", "cuda", "onnxruntime torch", "FlashAttention-2"),
     _kernel("attention", "cudnn", "cuda", "cuda", "onnxruntime torch", "cuDNN fused attention"),
@@ -133,7 +133,7 @@ BUILTIN_KERNELS: tuple[KernelSpec, ...] = (
     ),
     _kernel("rmsnorm", "xrt", "xpuruntime", "cpu cuda", "torch xpuruntime", "xpuruntime kernel"),
     _kernel("rmsnorm", "torch", "torch", "cpu cuda", "torch", "PyTorch's own rms_norm"),
-    _kernel("rmsnorm", "cpu", "cpu", "cpu", "torch xpuruntime", "CPU reference RMS norm"),
+    _kernel("rmsnorm", "cpu", "cpu", "cpu", "onnxruntime torch xpuruntime", "CPU RMS norm"),
     _kernel("conv", "cudnn", "cuda", "cuda", "onnxruntime torch", "cuDNN convolution"),
     _kernel("conv", "onednn", "cpu", "cpu", "openvino torch", "oneDNN convolution"),
     _kernel("conv", "torch", "torch", "cpu cuda", "torch", "PyTorch's own convolution"),

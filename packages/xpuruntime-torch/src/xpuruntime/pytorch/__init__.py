@@ -39,6 +39,7 @@ from xpuruntime.pytorch.allocator import (  # noqa: E402
 )
 from xpuruntime.pytorch.autocast import autocast  # noqa: E402
 from xpuruntime.pytorch.explain import explain  # noqa: E402
+from xpuruntime.pytorch.export import export  # noqa: E402
 from xpuruntime.pytorch.graphs import (  # noqa: E402
     CapturedGraph,
     GraphedStep,
@@ -67,6 +68,7 @@ __all__ = [
     "clear_kernel_policy",
     "current_record",
     "explain",
+    "export",
     "get_execution_policy",
     "get_kernel_policy",
     "graph_step",

@@ -45,12 +45,14 @@ from xpuruntime.policies import (
 )
 from xpuruntime.policies.conflicts import device_kind
 from xpuruntime.pytorch._compat import is_compiling
+from xpuruntime.pytorch.lock import apply_switch_lock
 from xpuruntime.pytorch.mapping import Plan, PlannedSetting, plan
 from xpuruntime.pytorch.switches import SWITCHES, read_all, torch_version, write_changed
 from xpuruntime.runtime.fingerprint import environment_fingerprint, fingerprint_hash
 from xpuruntime.runtime.record import (
     Choice,
     DecisionRecord,
+    DecisionStatus,
     ExecutionRecord,
     FallbackMode,
     SettingRecord,
@@ -320,6 +322,7 @@ def _apply(request: _Request, baseline: dict[str, Any]) -> tuple[ExecutionRecord
     record.settings = settings
     record.precision = _precision_choice(execution, settings)
     _record_not_honoured(planned, settings, record, mode)
+    apply_switch_lock(kernel, execution, planned.writes(), record)
     return record, frozenset(e.name for e in planned.unapplicable if e.mode is not None)
 
 
@@ -430,10 +433,18 @@ def fallback_mode() -> FallbackMode:
 
 
 def note_decision(
-    op: str, kernel: str, mode: str, reason: str, *, shape: str, dtype: str, device: str
+    op: str,
+    kernel: str,
+    mode: str,
+    reason: str,
+    *,
+    shape: str,
+    dtype: str,
+    device: str,
+    status: DecisionStatus = "decided",
 ) -> None:
-    """Record an op's kernel choice once per (op, kernel, shape, dtype, device)."""
-    key = (op, kernel, mode, shape, dtype, device)
+    """Record an op's kernel choice once per (op, kernel, shape, dtype, device, status)."""
+    key = (op, kernel, mode, shape, dtype, device, status)
     state = _state
     if key in state.decided:
         return
@@ -448,6 +459,7 @@ def note_decision(
                 shape=shape,
                 dtype=dtype,
                 device=device,
+                status=status,
             )
         )
 

@@ -61,6 +61,14 @@ def policy_options(func: F) -> F:
                 help="Numeric precision the engine computes in (policy setting 'precision').",
             ),
             click.option(
+                "--lock",
+                "lock_file",
+                type=click.Path(dir_okay=False),
+                help="Replay the decisions of this lockfile: kernels, algorithms and engine "
+                "options as recorded (policy settings lock='replay' and 'lock_file'; record one "
+                "with `xpuruntime lock record`).",
+            ),
+            click.option(
                 "--cache-dir",
                 help="Keep compiled and optimized models here ('default': the per-user cache "
                 "folder; see `xpuruntime cache explain`) (policy setting 'cache_dir').",
@@ -130,6 +138,7 @@ class PolicyFlags:
     fallback: str | None
     precision: str | None
     cache_dir: str | None
+    lock_file: str | None
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> PolicyFlags:
@@ -148,6 +157,8 @@ class PolicyFlags:
             "precision": self.precision,
             "cache_dir": self.cache_dir,
         }
+        if self.lock_file is not None:
+            flags |= {"lock": "replay", "lock_file": self.lock_file}
         execution = {k: v for k, v in flags.items() if v is not None}
         try:
             layered = layered_policy(self.policy_file, arguments={"execution": execution})

@@ -27,6 +27,8 @@ _CPU_OWN = "the CPU execution provider runs its own kernels"
 _TABLE: dict[tuple[str, str, str], KernelSupport] = {
     (CPU_EP, "matmul", "cpu"): KernelSupport(True, note=_CPU_OWN),
     (CPU_EP, "layernorm", "cpu"): KernelSupport(True, note=_CPU_OWN),
+    (CPU_EP, "rmsnorm", "cpu"): KernelSupport(True, note=_CPU_OWN),
+    (CPU_EP, "linear", "cpu"): KernelSupport(True, note=_CPU_OWN),
     (CPU_EP, "attention", "math"): KernelSupport(
         True, note="the CPU execution provider's attention is unfused"
     ),

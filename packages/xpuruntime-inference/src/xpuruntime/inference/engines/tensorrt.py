@@ -2,7 +2,7 @@
 
 Engines are content-addressed in ``ExecutionPolicy.cache_dir`` (model bytes, policy hash,
 shape profiles, environment fingerprint, TensorRT version); a rebuild says which of those
-changed. Device buffers for host inputs and for outputs come from CuPy or PyTorch (whichever
+changed. Under a decision lockfile the timing cache is the tactic lock (``trt_lock``). Device buffers for host inputs and for outputs come from CuPy or PyTorch (whichever
 is installed); device-resident inputs are used in place.
 
 TensorRT cannot be installed on the project's CI machines; this module is written against
@@ -27,7 +27,14 @@ from xpuruntime.inference.engines.trt_build import (
     shape_ranges,
     supported_precisions,
 )
+from xpuruntime.inference.engines.trt_lock import (
+    TimingCacheRefused,
+    locked_timing_cache,
+    scratch_folder,
+    settle,
+)
 from xpuruntime.inference.kernel_mapping import apply_kernel_policy
+from xpuruntime.inference.lock_apply import EngineLock
 from xpuruntime.inference.model_info import read_model_info
 from xpuruntime.inference.precision import apply_precision
 from xpuruntime.inference.tensors import as_host_array, placement
@@ -121,8 +128,27 @@ class TensorRTEngine(Engine):
             sorted(set(options.values())),
         )
         logger = tensorrt_logger(trt, exec_policy.engine_log_level)
-        with current_cuda_device(spec.ordinal):  # TensorRT builds and loads on the current GPU
-            serialized = _cached_or_built(trt, logger, model, exec_policy, plan, record)
+        lock = EngineLock.open(exec_policy, record, "tensorrt", model, device)
+        # TensorRT builds and loads on the current GPU.
+        with current_cuda_device(spec.ordinal), scratch_folder() as scratch:
+            entry, locked_cache = locked_timing_cache(lock, Path(scratch))
+            if locked_cache is not None:
+                assert lock is not None
+                assert entry is not None
+                try:
+                    serialized, timing = _cached_or_built(
+                        trt, logger, model, exec_policy, plan, record, locked_cache
+                    )
+                except TimingCacheRefused as refusal:
+                    lock.refuse(entry, str(refusal))
+                    entry = None
+            if entry is None:
+                # Recording without cache_dir still needs the timing cache the build leaves.
+                recording = lock is not None and lock.recording and not exec_policy.cache_dir
+                scratch_cache = Path(scratch) / "timing-cache" if recording else None
+                serialized, timing = _cached_or_built(
+                    trt, logger, model, exec_policy, plan, record, scratch_cache
+                )
             runtime = trt.Runtime(logger)
             engine = runtime.deserialize_cuda_engine(serialized)
             if engine is None:
@@ -130,6 +156,7 @@ class TensorRTEngine(Engine):
                     f"TensorRT {trt.__version__} could not deserialize the engine for {model}"
                 )
             _record_layers(engine, trt, record)
+            settle(lock, entry, trt, record, timing)
             stream = Stream(device=spec.ordinal)
             return TensorRTSession(trt, engine, runtime, stream, spec.ordinal)
 
@@ -141,13 +168,23 @@ def _cached_or_built(
     policy: ExecutionPolicy,
     plan: BuildPlan,
     record: ExecutionRecord,
-) -> bytes:
+    lock_cache: Path | None,
+) -> tuple[bytes, bytes | None]:
+    """The plan bytes, and the timing cache the build left (None when nothing was built).
+
+    ``lock_cache``: the timing cache of a lockfile (to replay, when it exists, or to record
+    into), used instead of the one in ``cache_dir``.
+    """
+    replaying = lock_cache is not None and lock_cache.is_file()
     if not policy.cache_dir:
         record.cache["tensorrt-engine"] = {
             "hit": False,
             "explanation": "disabled: set ExecutionPolicy(cache_dir=...) to keep engines",
         }
-        return build_engine(trt, logger, model, policy, plan, record, None)
+        serialized = build_engine(
+            trt, logger, model, policy, plan, record, lock_cache, require_cached=replaying
+        )
+        return serialized, _read(lock_cache)
     from xpuruntime.inference.cache import (
         CacheKey,
         cache_root,
@@ -170,17 +207,26 @@ def _cached_or_built(
     )
     lookup = open_entry(policy.cache_dir, key, record, policy.fallback)
     if lookup is None:  # an unusable cache folder, recorded as a fallback
-        return build_engine(trt, logger, model, policy, plan, record, None)
+        serialized = build_engine(
+            trt, logger, model, policy, plan, record, lock_cache, require_cached=replaying
+        )
+        return serialized, _read(lock_cache)
     plan_file = lookup.entry / "engine.plan"
-    if lookup.hit:
-        return plan_file.read_bytes()
     # Tactic timings depend on the GPU, driver and TensorRT: one timing cache per environment.
     timing_name = f"{environment}-tensorrt-{trt.__version__}.cache"
-    timing = cache_root(policy.cache_dir) / "tensorrt-timing" / timing_name
-    serialized = build_engine(trt, logger, model, policy, plan, record, timing)
+    timing = lock_cache or cache_root(policy.cache_dir) / "tensorrt-timing" / timing_name
+    if lookup.hit:
+        return plan_file.read_bytes(), _read(timing)
+    serialized = build_engine(
+        trt, logger, model, policy, plan, record, timing, require_cached=replaying
+    )
     plan_file.write_bytes(serialized)
     lookup.commit(record)
-    return serialized
+    return serialized, _read(timing)
+
+
+def _read(path: Path | None) -> bytes | None:
+    return path.read_bytes() if path is not None and path.is_file() else None
 
 
 def _record_layers(engine: Any, trt: Any, record: ExecutionRecord) -> None:

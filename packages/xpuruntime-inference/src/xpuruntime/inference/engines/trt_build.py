@@ -5,7 +5,8 @@ version has: strongly typed networks (``NetworkDefinitionCreationFlag.STRONGLY_T
 TensorRT >= 9) when the policy keeps the model's precision or the weak-typing precision
 flags are gone; the builder flags FP16/BF16/TF32 only where they still exist; tactic sources
 only where they are not removed; an optimization profile per dynamic input; a timing cache
-that persists in ``ExecutionPolicy.cache_dir``. Every choice is written to the record.
+that persists in ``ExecutionPolicy.cache_dir`` (or comes from the decision lockfile, see
+``trt_lock``). Every choice is written to the record.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from xpuruntime.inference.engines.trt_lock import TimingCacheRefused
 from xpuruntime.inference.errors import InvalidModelError
 from xpuruntime.inference.kernel_mapping import KernelSupport
 from xpuruntime.inference.settings import add_setting
@@ -130,8 +132,14 @@ def build_engine(
     plan: BuildPlan,
     record: ExecutionRecord,
     timing_cache: Path | None,
+    *,
+    require_cached: bool = False,
 ) -> bytes:
-    """Parse ``model``, configure the builder from ``plan``/``policy``, return the plan bytes."""
+    """Parse ``model``, configure the builder from ``plan``/``policy``, return the plan bytes.
+
+    ``require_cached`` (replaying a lockfile): TensorRT must accept ``timing_cache`` and take
+    every timed tactic from it; TimingCacheRefused otherwise.
+    """
     builder = trt.Builder(logger)
     flags = 0
     if plan.strongly_typed:
@@ -162,9 +170,22 @@ def build_engine(
         cache = config.create_timing_cache(
             timing_cache.read_bytes() if timing_cache.is_file() else b""
         )
-        config.set_timing_cache(cache, ignore_mismatch=False)
+        accepted = config.set_timing_cache(cache, ignore_mismatch=False)
+        if require_cached:
+            if accepted is False:
+                raise TimingCacheRefused(
+                    f"TensorRT {trt.__version__} refused the locked timing cache (recorded"
+                    " for another device or TensorRT release)"
+                )
+            if hasattr(trt.BuilderFlag, "ERROR_ON_TIMING_CACHE_MISS"):
+                config.set_flag(trt.BuilderFlag.ERROR_ON_TIMING_CACHE_MISS)
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
+        if require_cached:
+            raise TimingCacheRefused(
+                "TensorRT could not build from the locked timing cache alone (a layer it does"
+                " not cover would have been timed; TensorRT's log names it)"
+            )
         raise UnsupportedOperationError(
             f"TensorRT {trt.__version__} could not build an engine for {model} under this "
             f"policy; its log above says which layer failed"

@@ -19,6 +19,7 @@ from xpuruntime.inference.placement import PlacedNode, classify, record_placemen
 from xpuruntime.npu import openvino_backend
 from xpuruntime.npu.engines.claim import claim_session
 from xpuruntime.npu.openvino_devices import OpenVINOTarget, resolve_target, xrt_name
+from xpuruntime.npu.openvino_lock import compile_model
 from xpuruntime.npu.options import engine_options
 from xpuruntime.npu.quantized import require_quantized_model
 from xpuruntime.npu.shapes import fixed_input_shapes
@@ -534,7 +535,10 @@ class OpenVINOEngine(Engine):
         if model_path.suffix == ".xml" and model_path.with_suffix(".bin").exists():
             model_files.append(model_path.with_suffix(".bin"))
         props = job.properties(target, model_files)
-        compiled = job.core.compile_model(ov_model, target.compile_device, props)
+        compiled = compile_model(
+            job.core, ov_model, target.compile_device, props, policy=exec_policy,
+            record=record, model_files=model_files, requested_device=device,
+        )  # fmt: skip
         executed = job.check_compiled(compiled, target, props)
         job.check_int8(target, job.record_nodes(compiled, executed, target))
         return OpenVINOSession(compiled)

@@ -6,7 +6,10 @@ decides which one may run. A kernel that cannot serve a call (not on this device
 refuses the inputs, with its reasons: PyTorch reports them as warnings before its "No
 available kernel" error) follows the kernel fallback rule: pinned under ``fallback="error"``
 it raises :class:`~xpuruntime.runtime.errors.UnsupportedOperationError`, otherwise the
-fallback to PyTorch's own choice is warned or recorded.
+fallback to PyTorch's own choice is warned or recorded. Under a decision lockfile
+(``ExecutionPolicy(lock=...)``) the backend PyTorch selects is recorded per call signature,
+and replayed as mode ``"locked"``: exactly the locked backend, a refusal going through the
+policy's fallback mode.
 
 Backward recomputes the attention on the same backend (as activation checkpointing does)
 inside a second custom op, so both directions stay opaque, compile-friendly ops.
@@ -25,6 +28,7 @@ from torch import Tensor
 
 from xpuruntime.pytorch import policy
 from xpuruntime.pytorch._compat import HAS_CUSTOM_OP, autograd_inside_kernel, restrict_sdpa
+from xpuruntime.pytorch.lock import attention_kernel
 from xpuruntime.pytorch.mapping import ATTENTION_BACKENDS
 from xpuruntime.pytorch.ops import xrt_attention
 from xpuruntime.pytorch.ops._policy import (
@@ -60,7 +64,9 @@ def _on_backend(kernel: str, mode: str, run: Callable[[], Any], example: Tensor)
         )
         return run()
     backend, _ = ATTENTION_BACKENDS[kernel]
-    reason = off_device_reason("attention", kernel, example)
+    # A locked backend is what PyTorch's selector chose for this signature when the lock was
+    # recorded (on CPU tensors too: SDPBackend.FLASH_ATTENTION is also PyTorch's CPU kernel).
+    reason = None if mode == "locked" else off_device_reason("attention", kernel, example)
     if reason is None:
         with _captured_warnings() as caught:
             try:
@@ -75,14 +81,31 @@ def _on_backend(kernel: str, mode: str, run: Callable[[], Any], example: Tensor)
                 )
         if result is not None:
             _reemit(caught)
+            locked = mode == "locked"
             policy.note_decision(
-                "attention", kernel, mode, f"SDPA restricted to {backend.name}", **describe(example)
+                "attention",
+                kernel,
+                mode,
+                f"SDPA restricted to {backend.name}"
+                + (", replayed from the lockfile" if locked else ""),
+                status="locked" if locked else "decided",
+                **describe(example),
             )
             return result
     assert reason is not None
-    fall_back("attention", kernel, mode, "auto", reason)  # raises for a pin under 'error'
+    if mode == "locked":  # a locked choice not honoured: the policy's fallback mode
+        policy.note_fallback(
+            what="attention (locked)", requested=kernel, chosen="auto", reason=reason
+        )
+    else:
+        fall_back("attention", kernel, mode, "auto", reason)  # raises for a pin under 'error'
     policy.note_decision(
-        "attention", "auto", mode, f"fallback from {kernel}: {reason}", **describe(example)
+        "attention",
+        "auto",
+        mode,
+        f"fallback from {kernel}: {reason}",
+        status="fallen_back",
+        **describe(example),
     )
     # A pinned policy left only its backend enabled process-wide: let SDPA choose again.
     with restrict_sdpa(*(b for b, _ in ATTENTION_BACKENDS.values())):
@@ -240,6 +263,9 @@ def fused_attention(
         key, value = key.repeat_interleave(group, -3), value.repeat_interleave(group, -3)
     if kernel not in ATTENTION_BACKENDS and kernel != "auto":
         kernel = "auto"  # "torch": PyTorch's own selection, same as no policy
+    kernel, mode = attention_kernel(
+        kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale
+    )
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
     if (dropout_p > 0.0 and needs_grad) or not HAS_CUSTOM_OP:
         # Recomputing in backward would draw a different dropout mask; PyTorch's own

@@ -1,0 +1,150 @@
+"""Opening a model bundle for inference, and verifying a session against its reference outputs.
+
+``InferenceSession(bundle_dir)`` runs the bundle's ONNX model under the bundle's policy with
+its lockfile replayed (training decisions the engine can express are carried over; the
+record says which it cannot and why). :func:`verify_session` runs the reference inputs
+exported with the model and compares the outputs with the bundle's tolerances.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import numpy as np
+
+from xpuruntime.policies.bundle import BundleError, BundleManifest, read_manifest
+
+if TYPE_CHECKING:
+    from xpuruntime.inference.compare import TensorComparison
+    from xpuruntime.inference.session import InferenceSession, PolicySource
+    from xpuruntime.runtime.record import ExecutionRecord
+
+__all__ = ["Bundle", "BundleVerification", "VerificationError", "open_bundle", "verify_session"]
+
+
+class VerificationError(BundleError):
+    """The inference engine's outputs differ from the bundle's reference beyond tolerance."""
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A checked bundle directory."""
+
+    folder: Path
+    manifest: BundleManifest
+
+    @property
+    def model(self) -> Path:
+        return self.folder / self.manifest.model
+
+    @property
+    def lock_file(self) -> Path | None:
+        return None if self.manifest.lock is None else self.folder / self.manifest.lock
+
+    def policy(self, given: PolicySource) -> PolicySource:
+        """The policy layer of a session of this bundle: ``given`` when the caller names one
+        (it replaces the bundle's entirely), else the bundle's policy with its lockfile
+        replayed. The environment and explicit arguments (``device=...``: the training device
+        need not exist where the model is served) still apply on top."""
+        if given is not None:
+            return given
+        from xpuruntime.policies import load_policy
+
+        policy = load_policy(self.folder / self.manifest.policy).execution_policy()
+        if self.lock_file is not None:
+            policy = policy.replace(lock="replay", lock_file=str(self.lock_file))
+        return policy
+
+    def environment(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(
+            (self.folder / self.manifest.environment).read_text(encoding="utf-8")
+        )
+        return data
+
+    def reference(self) -> tuple[dict[str, np.ndarray[Any, Any]], dict[str, np.ndarray[Any, Any]]]:
+        """(inputs, outputs) by name."""
+        with np.load(self.folder / self.manifest.reference, allow_pickle=False) as data:
+            inputs = {name: data[f"input/{name}"] for name in self.manifest.inputs}
+            outputs = {name: data[f"output/{name}"] for name in self.manifest.outputs}
+        return inputs, outputs
+
+    def describe(self, record: ExecutionRecord) -> None:
+        """Notes in the record: where the bundle came from."""
+        exported = self.manifest.exported_with
+        gpus = self.environment().get("gpu") or ["no GPU"]
+        record.notes.append(
+            f"bundle {self.folder}: exported with torch {exported.get('torch', '?')} on"
+            f" {', '.join(gpus)}; policy {exported.get('policy_hash', '?')[:12]}"
+            + (f", lockfile {self.manifest.lock}" if self.manifest.lock else ", no lockfile")
+        )
+
+
+def open_bundle(path: Path) -> Bundle:
+    """Check and open the bundle in ``path`` (BundleError says what is wrong)."""
+    return Bundle(path, read_manifest(path))
+
+
+class BundleVerification(msgspec.Struct, frozen=True):
+    """The session's outputs against the bundle's reference outputs."""
+
+    bundle: str
+    engine: str
+    device: str
+    rtol: float
+    atol: float
+    outputs: list[TensorComparison]
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.outputs)
+
+    def __str__(self) -> str:
+        lines = [
+            f"{'passed' if self.passed else 'FAILED'}: {self.engine} on {self.device} against"
+            f" {self.bundle} (rtol {self.rtol:g}, atol {self.atol:g})"
+        ]
+        lines += [
+            f"  {c.tensor}: max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g}"
+            f" {'ok' if c.passed else 'DIFFERS'}{f' ({c.note})' if c.note else ''}"
+            for c in self.outputs
+        ]
+        return "\n".join(lines)
+
+
+def verify_session(
+    session: InferenceSession,
+    bundle: Bundle,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    raise_on_failure: bool = True,
+) -> BundleVerification:
+    """Run the bundle's reference inputs and compare with its reference outputs."""
+    from xpuruntime.inference.compare import compare_tensors
+
+    inputs, expected = bundle.reference()
+    rtol = bundle.manifest.rtol if rtol is None else rtol
+    atol = bundle.manifest.atol if atol is None else atol
+    outputs = session.run(inputs)
+    target = f"{session.engine}:{session.device}"
+    report = BundleVerification(
+        str(bundle.folder),
+        session.engine,
+        session.device,
+        rtol,
+        atol,
+        [
+            compare_tensors(name, target, outputs[name], want, atol=atol, rtol=rtol)
+            for name, want in expected.items()
+        ],
+    )
+    if raise_on_failure and not report.passed:
+        raise VerificationError(
+            f"{report}\nThe inference engine does not reproduce the exported outputs within"
+            " tolerance: compare the policies' precision, or pass looser rtol/atol"
+        )
+    return report

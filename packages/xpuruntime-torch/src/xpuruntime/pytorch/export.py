@@ -1,0 +1,186 @@
+"""``export``: a trained model, its policy and its locked decisions as one bundle for inference.
+
+The bundle (see :mod:`xpuruntime.policies.bundle`) holds the ONNX model written by
+``torch.onnx.export(..., dynamo=True)``, the policy the model ran under, the decision
+lockfile, the environment fingerprint of this machine and reference inputs/outputs computed
+by PyTorch here. ``InferenceSession(bundle_dir)`` loads them together and ``verify()`` runs the
+reference inputs through the inference engine and compares the outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from xpuruntime.policies import ExecutionPolicy
+from xpuruntime.policies.bundle import BundleError, BundleManifest, file_sha256
+from xpuruntime.policies.lock import Lockfile, artifact_folder
+from xpuruntime.pytorch import policy as policy_state
+from xpuruntime.pytorch.switches import torch_version
+
+__all__ = ["export"]
+
+_EXPORT_HINT = "pip install 'xpuruntime-torch[export]' (onnxscript, which torch.onnx.export uses)"
+
+
+def _flatten(value: Any, prefix: str = "output") -> list[tuple[str, torch.Tensor]]:
+    """The tensors of a model's output (tensor, tuple/list, dict), in order."""
+    if isinstance(value, torch.Tensor):
+        return [(prefix, value)]
+    if isinstance(value, Mapping):
+        return [item for key, v in value.items() for item in _flatten(v, f"{prefix}.{key}")]
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [item for i, v in enumerate(value) for item in _flatten(v, f"{prefix}.{i}")]
+    raise BundleError(
+        f"the model returned a {type(value).__name__} at {prefix}; a bundle holds tensor"
+        " outputs (a tensor, or tuples, lists and dicts of tensors)"
+    )
+
+
+def _host(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
+    array: np.ndarray[Any, Any] = tensor.detach().to("cpu").contiguous().numpy()
+    return array
+
+
+def _lock_of(lock: str | os.PathLike[str] | Lockfile | None, policy: ExecutionPolicy) -> Any:
+    """(Lockfile, its artifact folder or None) to put in the bundle, or (None, None)."""
+    if isinstance(lock, Lockfile):
+        return lock, None
+    path = lock if lock is not None else policy.lock_file
+    if path is None:
+        return None, None
+    if lock is None and policy.lock == "off":
+        return None, None
+    return Lockfile.load(path), artifact_folder(path)
+
+
+def export(
+    model: torch.nn.Module,
+    example_inputs: tuple[Any, ...] | torch.Tensor,
+    path: str | os.PathLike[str],
+    *,
+    policy: ExecutionPolicy | None = None,
+    lock: str | os.PathLike[str] | Lockfile | None = None,
+    dynamic_shapes: Any = None,
+    rtol: float = 1e-3,
+    atol: float = 1e-5,
+    overwrite: bool = False,
+) -> Path:
+    """Write ``model`` as a bundle directory at ``path`` and return the path.
+
+    ``policy`` defaults to the execution policy in effect (``set_kernel_policy``), else the
+    default one; ``lock`` (a path or a :class:`~xpuruntime.policies.lock.Lockfile`) to the
+    policy's ``lock_file`` when it records or replays one. ``example_inputs`` are the
+    reference inputs: the model runs on them here (under ``torch.no_grad``) and the outputs
+    are stored with ``rtol``/``atol`` for :meth:`InferenceSession.verify`. ``dynamic_shapes``
+    goes to ``torch.onnx.export``.
+    """
+    try:
+        from xpuruntime.pytorch._onnx_ops import onnx_translations
+    except ImportError as error:  # onnxscript: torch.onnx's dynamo exporter needs it too
+        raise ImportError(f"exporting a bundle needs onnxscript: {_EXPORT_HINT}") from error
+    folder = Path(path)
+    if folder.exists():
+        if not overwrite:
+            raise BundleError(
+                f"{folder} exists; pass overwrite=True to replace it, or choose another path"
+            )
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    execution = policy or policy_state.get_execution_policy() or ExecutionPolicy()
+    kernel = policy_state.get_kernel_policy() if policy is None else None
+    if kernel is not None and execution.kernel_policy is None:
+        execution = execution.replace(kernel_policy=kernel)
+    from xpuruntime.runtime import lock as core_lock
+
+    active = core_lock.active()
+    if active is not None:
+        active.flush()  # the dispatcher's decisions so far go into the lockfile first
+    locked, artifacts = _lock_of(lock, execution)
+
+    with torch.no_grad():
+        expected = _flatten(model(*args))
+    onnx_path = folder / "model.onnx"
+    # Traced with PyTorch's own switches: tracing does not depend on them, and torch.export
+    # calls cudnn.set_flags(), which refuses per-op fp32_precision values (as a policy
+    # writes them) next to an unset global one.
+    with policy_state.kernel_policy():
+        torch.onnx.export(
+            model,
+            args,
+            str(onnx_path),
+            dynamo=True,
+            external_data=False,
+            dynamic_shapes=dynamic_shapes,
+            custom_translation_table=onnx_translations(),
+            verbose=False,
+        )
+    input_names, output_names = _io_names(onnx_path)
+    if len(output_names) != len(expected):
+        raise BundleError(
+            f"the ONNX model has {len(output_names)} outputs but the model returned"
+            f" {len(expected)} tensors; export models whose outputs are all tensors"
+        )
+    tensors = [t for t in args if isinstance(t, torch.Tensor)]
+    if len(tensors) != len(input_names):
+        raise BundleError(
+            f"the ONNX model has inputs {input_names} but example_inputs hold {len(tensors)}"
+            " tensors; pass the model's tensor inputs positionally"
+        )
+    reference = {f"input/{n}": _host(t) for n, t in zip(input_names, tensors, strict=True)}
+    reference.update(
+        {f"output/{n}": _host(t) for n, (_, t) in zip(output_names, expected, strict=True)}
+    )
+    np.savez(folder / "reference.npz", **reference)  # type: ignore[arg-type]
+
+    from xpuruntime.policies.lock import served_policy_hash
+    from xpuruntime.runtime.fingerprint import environment_fingerprint
+
+    served = execution.replace(lock="off", lock_file=None)
+    served.save(folder / "policy.json")
+    (folder / "environment.json").write_text(
+        json.dumps(environment_fingerprint(), indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
+    lock_name = None
+    if locked is not None:
+        lock_name = "lock.json"
+        locked.save(folder / lock_name)
+        if artifacts is not None and artifacts.is_dir():
+            shutil.copytree(artifacts, artifact_folder(folder / lock_name))
+    files = {
+        p.relative_to(folder).as_posix(): file_sha256(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+    BundleManifest(
+        lock=lock_name,
+        inputs=input_names,
+        outputs=output_names,
+        rtol=rtol,
+        atol=atol,
+        files=files,
+        exported_with={
+            "torch": torch_version(),
+            "policy_hash": served_policy_hash(execution),
+        },
+    ).save(folder)
+    return folder
+
+
+def _io_names(model: Path) -> tuple[list[str], list[str]]:
+    import onnx
+
+    graph = onnx.load(str(model), load_external_data=False).graph
+    initializers = {i.name for i in graph.initializer}
+    return (
+        [i.name for i in graph.input if i.name not in initializers],
+        [o.name for o in graph.output],
+    )

@@ -1,0 +1,126 @@
+"""A model bundle's round trip: a small PyTorch model trained under a recorded lock, exported
+with xpuruntime.pytorch.export, opened with InferenceSession(bundle_dir) and verified.
+
+Needs PyTorch, onnxscript and ONNX Runtime together: `nox -s "backends(backend='torch-cpu')"`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = [
+    pytest.mark.skipif(
+        any(importlib.util.find_spec(m) is None for m in ("torch", "onnxscript", "onnxruntime")),
+        reason="needs torch, onnxscript and onnxruntime (nox backends torch-cpu)",
+    ),
+    # torch.onnx's exporter trips over its own pytree deprecations (torch 2.13).
+    pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning"),
+]
+
+
+def _model() -> object:
+    import torch
+
+    from xpuruntime.pytorch.ops import fused_attention
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.project = torch.nn.Linear(32, 32)
+            self.norm = torch.nn.LayerNorm(32)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            attended = fused_attention(x, x, x, is_causal=True)
+            hidden = self.norm(self.project(attended))
+            return hidden.relu(), hidden.mean(dim=-1)
+
+    torch.manual_seed(0)
+    return Block().eval()
+
+
+def test_bundle_round_trip_verifies(tmp_path: Path) -> None:
+    import torch
+
+    import xpuruntime as xrt
+    import xpuruntime.pytorch as xrt_torch
+    from xpuruntime.runtime.record import FallbackWarning
+
+    model = _model()
+    example = torch.randn(1, 2, 8, 32)
+    lock = tmp_path / "training.lock.json"
+    policy = xrt.ExecutionPolicy(lock="record", lock_file=str(lock))
+    with xrt_torch.kernel_policy(exec_policy=policy):
+        model(example)  # type: ignore[operator]  # training decisions go into the lock
+        bundle = xrt_torch.export(model, (example,), tmp_path / "bundle")  # type: ignore[arg-type]
+
+    names = sorted(p.name for p in bundle.iterdir())
+    assert names == [
+        "bundle.json",
+        "environment.json",
+        "lock.json",
+        "model.onnx",
+        "policy.json",
+        "reference.npz",
+    ]
+    with pytest.warns(FallbackWarning, match="not in the lockfile"):
+        sess = xrt.InferenceSession(str(bundle), device="cpu")
+    report = sess.verify()
+    assert report.passed
+    assert [c.tensor for c in report.outputs] == sess.output_names
+
+    record = sess.record()
+    carried = {s.name: s for s in record.settings if s.name.startswith("lock.carry_over.")}
+    attention = carried["lock.carry_over.pytorch.attention_calls"]
+    assert attention.requested == "flash_v2"
+    assert not attention.honoured
+    assert "sdpa_kernel" in attention.note
+    assert any(note.startswith(f"bundle {bundle}") for note in record.notes)
+    assert "lock.carry_over" in sess.explain(width=200)
+
+
+def test_bundle_with_changed_model_is_refused(tmp_path: Path) -> None:
+    import torch
+
+    import xpuruntime as xrt
+    import xpuruntime.pytorch as xrt_torch
+    from xpuruntime.policies.bundle import BundleError
+
+    bundle = xrt_torch.export(_model(), (torch.randn(1, 2, 8, 32),), tmp_path / "b")  # type: ignore[arg-type]
+    with (bundle / "model.onnx").open("ab") as handle:
+        handle.write(b"\0")
+    with pytest.raises(BundleError, match=r"model\.onnx does not match"):
+        xrt.InferenceSession(str(bundle), device="cpu")
+
+
+def test_verify_reports_outputs_beyond_tolerance(tmp_path: Path) -> None:
+    import msgspec
+    import torch
+
+    import xpuruntime as xrt
+    import xpuruntime.pytorch as xrt_torch
+    from xpuruntime.inference.bundle import VerificationError
+    from xpuruntime.policies.bundle import BundleManifest, file_sha256
+
+    bundle = xrt_torch.export(_model(), (torch.randn(1, 2, 8, 32),), tmp_path / "b")  # type: ignore[arg-type]
+    # A reference the model does not reproduce (re-signed, so the bundle itself is valid).
+    reference = bundle / "reference.npz"
+    with np.load(reference) as data:
+        arrays = {name: data[name] for name in data.files}
+    first = next(name for name in arrays if name.startswith("output/"))
+    arrays[first] = arrays[first] + 1.0
+    np.savez(reference, **arrays)
+    stored = msgspec.json.decode((bundle / "bundle.json").read_bytes(), type=BundleManifest)
+    files = {**stored.files, "reference.npz": file_sha256(reference)}
+    msgspec.structs.replace(stored, files=files).save(bundle)
+
+    sess = xrt.InferenceSession(str(bundle), device="cpu")
+    report = sess.verify(raise_on_failure=False)
+    assert not report.passed
+    assert [c.passed for c in report.outputs].count(False) == 1
+    with pytest.raises(VerificationError, match="DIFFERS"):
+        sess.verify()
+    assert sess.verify(atol=2.0).passed
