@@ -45,6 +45,23 @@ from xpuruntime.policies.bundle import file_sha256 as file_digest
 if TYPE_CHECKING:
     from xpuruntime.runtime.record import ExecutionRecord, FallbackMode
 
+__all__ = [
+    "CacheEntry",
+    "CacheKey",
+    "CacheLookup",
+    "ContentCache",
+    "all_entries",
+    "cache_root",
+    "clear",
+    "default_cache_dir",
+    "file_digest",
+    "max_cache_bytes",
+    "open_entry",
+    "parse_size",
+    "stable_digest",
+    "verify_entry",
+]
+
 KEY_FILE = "key.json"
 #: Where caches live when no folder is named: ``$XPURUNTIME_CACHE_DIR``, else the per-user
 #: cache folder of the platform (``~/.cache/xpuruntime`` on Linux).

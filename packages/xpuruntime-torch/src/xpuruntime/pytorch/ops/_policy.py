@@ -3,6 +3,8 @@ the call's device, and recording what happened."""
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import torch
 
 from xpuruntime.pytorch import policy
@@ -27,7 +29,15 @@ def fall_back(op: str, kernel: str, mode: str, chosen: str, reason: str) -> None
     policy.note_kernel_fallback(op=op, kernel=kernel, entry_mode=mode, chosen=chosen, reason=reason)
 
 
-def describe(tensor: torch.Tensor) -> dict[str, str]:
+class Where(TypedDict):
+    """Where a call ran, as the shape/dtype/device keywords of a decision record."""
+
+    shape: str
+    dtype: str
+    device: str
+
+
+def describe(tensor: torch.Tensor) -> Where:
     """The shape/dtype/device keywords of a decision record for ``tensor``."""
     return {
         "shape": "x".join(str(size) for size in tensor.shape),

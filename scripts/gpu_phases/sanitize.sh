@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# GPU phase: compute-sanitizer memcheck and racecheck over the GEMM paths, the norm kernels
+# (C++ test driver; also synccheck and initcheck) and xrt_flash (tiny sizes).
+set -uo pipefail
+LOGS=${1:-.}
+status=0
+OUT=$LOGS bash packages/xpuruntime-core/scripts/compute_sanitizer.sh || status=1
+OUT=$LOGS/norms BUILD=/tmp/native-gpu bash packages/xpuruntime-core/scripts/norm_sanitize.sh || status=1
+OUT=$LOGS bash packages/xpuruntime-core/scripts/attention_sanitize.sh || status=1
+exit $status
