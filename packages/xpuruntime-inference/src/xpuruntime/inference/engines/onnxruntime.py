@@ -85,6 +85,8 @@ class OnnxRuntimeEngine(Engine):
         model = _pick_model(model, exec_policy, record)
         info = read_model_info(model)
         provider, device_index = _choose_provider(device, exec_policy, record)
+        if provider == CUDA_EP:
+            _load_cuda_libraries(ort, record)
         precision = apply_precision(
             exec_policy,
             info,
@@ -184,6 +186,21 @@ def _pick_model(model: Path, policy: ExecutionPolicy, record: ExecutionRecord) -
         "runs the quantized model instead of the fp32 one",
     )
     return quantized
+
+
+def _load_cuda_libraries(ort: Any, record: ExecutionRecord) -> None:
+    """Load the CUDA and cuDNN libraries the CUDA EP needs from the pip packages
+    (``onnxruntime-gpu[cuda,cudnn]``, or PyTorch's) before the session starts; without this
+    the EP fails to start unless something (``import torch``) loaded them first."""
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is None:  # ONNX Runtime < 1.21: the libraries must be on the loader's path
+        return
+    try:
+        preload()
+    except Exception as exc:  # a missing package: the EP start check below says what failed
+        add_setting(record, "cuda_libraries", "preload", None, False, f"preload_dlls(): {exc}")
+        return
+    add_setting(record, "cuda_libraries", "preload", "onnxruntime.preload_dlls()", True)
 
 
 def _choose_provider(
