@@ -39,6 +39,10 @@ phase() {  # phase NAME TIMEOUT_S COMMAND...: run with a time limit, log, note t
 
 setup() {
   mkdir -p "$SITE"
+  # A machine may come back with another session's xpuruntime in its base environment; its
+  # namespace hooks would shadow /tmp/site, so it goes.
+  python3 -m pip list 2>/dev/null | awk '/^xpuruntime/ {print $1}' |
+    xargs -r python3 -m pip uninstall -q -y >/dev/null 2>&1
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$SUMMARY"
   local ort
@@ -54,6 +58,12 @@ setup() {
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" \
       .device/wheels/*.whl && note "carried wheels: $(ls .device/wheels | wc -l)"
   fi
+}
+
+where() {  # which copy of each package this run imports
+  python3 -c "import xpuruntime.runtime, xpuruntime.ops, xpuruntime.inference, onnxruntime as o; \
+print('imports:', xpuruntime.runtime.__file__, xpuruntime.inference.__file__, o.__version__, \
+o.get_available_providers())"
 }
 
 build_core() {
@@ -85,7 +95,7 @@ PHASES=${*:-setup build core_tests torch_tests inference_tests}
 for p in $PHASES; do
   case $p in
     setup) setup ;;
-    build) phase build-core 400 build_core || exit 1 ;;
+    build) export -f build_core; phase build-core 400 bash -c build_core || exit 1; where | tee -a "$SUMMARY" ;;
     *)
       if [ -f "scripts/gpu_phases/$p.sh" ]; then
         phase "$p" "${PHASE_LIMIT_S:-420}" bash "scripts/gpu_phases/$p.sh" "$LOGS"

@@ -101,7 +101,6 @@ def test_pin_that_cannot_run_follows_the_fallback_mode() -> None:
         )
 
 
-@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_fused_linear_under_torch_compile(backend: str) -> None:
     torch._dynamo.reset()

@@ -218,9 +218,10 @@ def test_export_without_onnxscript_says_what_to_install(tmp_path: Path) -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (PyTorch sees none)")
 def test_sdpa_lock_replays_the_same_backend_per_shape_on_cuda(tmp_path: Path) -> None:
     lock = tmp_path / "cuda.lock.json"
-    recorded = _fresh_process("record", lock, "cuda")
-    backends = {(shape, kernel) for _, kernel, _, shape in recorded["decisions"] if shape}
-    assert len(backends) == 4
+    _fresh_process("record", lock, "cuda")
+    # Four call signatures (two share a shape: causal vs masked), each with PyTorch's choice.
+    recorded = [e for e in Lockfile.load(lock).domain("pytorch") if e.layout != "switches"]
+    assert len({(e.shape, e.layout) for e in recorded}) == 4
     for _ in range(3):
         replayed = _fresh_process("replay", lock, "cuda")
         assert replayed["fallbacks"] == 0

@@ -334,7 +334,6 @@ class _Block(torch.nn.Module):
         return fused_layernorm(h + residual, [16], self.norm1, self.bias1)
 
 
-@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_norms_compile_with_fullgraph(backend: str) -> None:
     torch._dynamo.reset()

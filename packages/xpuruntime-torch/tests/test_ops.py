@@ -187,7 +187,6 @@ class _Block(torch.nn.Module):
         return fused_attention(q, q, q, is_causal=True).transpose(1, 2).reshape(x.shape)
 
 
-@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 def test_ops_work_under_torch_compile() -> None:
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -203,7 +202,6 @@ def test_ops_work_under_torch_compile() -> None:
 
 
 # Inductor imports torch.jit internals that warn about their own deprecation.
-@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 def test_ops_compile_with_inductor() -> None:
     torch._dynamo.reset()
     torch.manual_seed(0)

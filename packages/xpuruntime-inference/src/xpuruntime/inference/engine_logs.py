@@ -59,20 +59,23 @@ def engine_logger(engine: str) -> logging.Logger:
 
 
 @contextlib.contextmanager
-def native_stderr_to_logging(engine: str, level: str) -> Iterator[None]:
+def native_stderr_to_logging(engine: str, level: str) -> Iterator[list[tuple[int, str]]]:
     """Capture what native code writes to stderr in the block; log it, line by line.
 
     Lines in ONNX Runtime's format keep their severity; other lines are logged as
-    warnings. Lines below ``level`` (an ``engine_log_level``) are dropped.
+    warnings. Lines below ``level`` (an ``engine_log_level``) are not logged. The block gets
+    a list that holds every captured ``(level, message)`` once it ends, logged or not: what
+    the engine reported about its decisions (ONNX Runtime's partitioner, for one).
     """
     logger = engine_logger(engine)
     threshold = PYTHON_LEVELS[level]
+    lines: list[tuple[int, str]] = []
     with _redirect_lock, tempfile.TemporaryFile() as captured:
         sys.stderr.flush()
         saved = os.dup(2)
         os.dup2(captured.fileno(), 2)
         try:
-            yield
+            yield lines
         finally:  # also when session creation failed: its messages say why
             sys.stderr.flush()
             os.dup2(saved, 2)
@@ -80,7 +83,10 @@ def native_stderr_to_logging(engine: str, level: str) -> Iterator[None]:
             captured.seek(0)
             for line in captured.read().decode("utf-8", errors="replace").splitlines():
                 severity, message = parse_native_line(line)
-                if message and severity >= threshold:
+                if not message:
+                    continue
+                lines.append((severity, message))
+                if severity >= threshold:
                     logger.log(severity, message)
 
 

@@ -229,14 +229,25 @@ def classify(
     requested: str,
     analysis: ShapeAnalysis | None,
     elsewhere_reason: str,
+    engine_shape_nodes: frozenset[str] = frozenset(),
+    engine_shape_reason: str = "",
 ) -> list[Classified]:
     """Each node's placement class. ``elsewhere_reason`` says why an engine moves a node off
     ``requested`` when it is not shape computation (the engine's own words where it has any);
-    without an ``analysis`` every such node is a fallback."""
+    without an ``analysis`` every such node is a fallback. ``engine_shape_nodes`` are the
+    nodes the engine itself reported placing on the host as shape work (with
+    ``engine_shape_reason``): its report wins over the analysis."""
     classified = []
     for node in nodes:
         if node.device == requested:
             classified.append(Classified(node, "requested"))
+            continue
+        if any(name in engine_shape_nodes for name in _original_names(node.name)):
+            classified.append(
+                Classified(
+                    node, "host_shape", f"host-side shape computation: {engine_shape_reason}"
+                )
+            )
             continue
         if analysis is None:
             classified.append(Classified(node, "fallback", elsewhere_reason))

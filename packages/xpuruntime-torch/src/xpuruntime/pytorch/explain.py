@@ -183,12 +183,21 @@ def _kernel_instances(events: list[FunctionEvent]) -> list[tuple[str, float, Fun
     ]
 
 
+# CUDA runtime/driver calls that put work on a device: an operator under which one ran
+# launched device work, even when the profiler could not tie the kernel to it (PyTorch 2.11
+# attributes some kernels to CUPTI's bookkeeping events instead of their operator).
+_DEVICE_LAUNCHES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cudaMemcpy", "cudaMemset")
+
+
 def _launchers_and_callers(
-    instances: list[tuple[str, float, FunctionEvent]],
+    instances: list[tuple[str, float, FunctionEvent]], events: list[FunctionEvent]
 ) -> set[int]:
-    """ids of the operators that launched a device kernel, and of every operator around them."""
+    """ids of the operators that launched device work (a kernel attributed to them, or a CUDA
+    launch call inside them), and of every operator around them."""
+    starts = [launcher for _, _, launcher in instances]
+    starts += [e.cpu_parent for e in events if e.name.startswith(_DEVICE_LAUNCHES) and e.cpu_parent]
     found: set[int] = set()
-    for _, _, launcher in instances:
+    for launcher in starts:
         current: FunctionEvent | None = launcher
         while current is not None and id(current) not in found:
             found.add(id(current))
@@ -229,7 +238,7 @@ def record_from_events(
             _check_device(node, launchers[name], "cuda")
     # Operators of a policy op that launched no device kernel ran on the CPU: the innermost
     # one names the kernel that ran.
-    launching = _launchers_and_callers(instances)
+    launching = _launchers_and_callers(instances, events)
     for event in _innermost_cpu_ops(events):
         if id(event) in launching or (event.name, None) in nodes:
             continue

@@ -14,12 +14,14 @@ from xpuruntime.inference.engines.ort_kernels import kernel_support
 from xpuruntime.inference.engines.ort_options import (
     CPU_EP,
     CUDA_EP,
+    ORT_SEVERITIES,
     build_config,
     free_dimension_overrides,
 )
 from xpuruntime.inference.engines.ort_placement import (
     RECORD_ASSIGNMENT,
     assigned_nodes,
+    cpu_preferred_nodes,
     record_assignment,
 )
 from xpuruntime.inference.engines.ort_session import OnnxRuntimeSession
@@ -118,8 +120,15 @@ class OnnxRuntimeEngine(Engine):
         )
         cached = _optimized_model_cache(model, exec_policy, provider, config, record)
         load_path = cached.entry / "model.onnx" if cached is not None and cached.hit else model
-        with native_stderr_to_logging("onnxruntime", exec_policy.engine_log_level):
-            session = _create(ort, load_path, config, provider)
+        with native_stderr_to_logging("onnxruntime", exec_policy.engine_log_level) as logged:
+            # The partitioner reports, at level info on the default logger, each node it
+            # keeps on the CPU as cheap shape work: read that while the session is made.
+            if provider != CPU_EP:
+                ort.set_default_logger_severity(ORT_SEVERITIES["info"])
+            try:
+                session = _create(ort, load_path, config, provider)
+            finally:
+                ort.set_default_logger_severity(ORT_SEVERITIES[exec_policy.engine_log_level])
         if cached is not None and not cached.hit:
             cached.commit(
                 record
@@ -153,6 +162,7 @@ class OnnxRuntimeEngine(Engine):
                 policy=exec_policy,
                 graph=info.graph,
                 precision=precision,
+                cpu_preferred=cpu_preferred_nodes(logged),
             )
             _fill_node_precision(record, info)
         return OnnxRuntimeSession(

@@ -60,8 +60,10 @@ def _effective(session: Any) -> dict[str, Any]:
     if cuda is not None:
         for name in sorted(KERNEL_OPTIONS & set(cuda)):
             effective[f"{CUDA_EP}.{name}"] = str(cuda[name])
+    # get_tuning_results() lists validators even when nothing was tuned: results count only
+    # when the session ran tunable ops.
     tuning = session.get_tuning_results()
-    if tuning:
+    if tuning and effective.get(f"{CUDA_EP}.tunable_op_enable") == "1":
         effective[_TUNING] = tuning
     return effective
 

@@ -10,6 +10,8 @@ the ONNX Runtime engine and the QNN engine (the QNN EP is an ONNX Runtime provid
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from xpuruntime.inference.placement import (
@@ -25,6 +27,23 @@ if TYPE_CHECKING:
 
 #: The config entry that makes ONNX Runtime keep the node assignment.
 RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
+
+# GetCpuPreferredNodes' report (fallback_cpu_capability.cc) of a node it moves to the CPU
+# because "the CPU execution path is deemed faster than overhead involved with execution on
+# other EPs capable of executing this node".
+_CPU_PREFERRED = re.compile(
+    r"Force fallback to CPU execution for node: (?P<name>.*?)(?: because|$)"
+)
+
+
+def cpu_preferred_nodes(logged: Iterable[tuple[int, str]]) -> frozenset[str]:
+    """Nodes ONNX Runtime's partitioner said it keeps on the CPU as cheap shape work."""
+    found = set()
+    for _, message in logged:
+        match = _CPU_PREFERRED.search(message)
+        if match is not None:
+            found.add(match["name"].strip())
+    return frozenset(found)
 
 
 def assigned_nodes(session: Any) -> list[PlacedNode] | None:
@@ -53,9 +72,12 @@ def record_assignment(
     graph: Any,
     precision: str | None,
     fallback_recorded: bool = False,
+    cpu_preferred: frozenset[str] = frozenset(),
 ) -> None:
     """Classify ONNX Runtime's placement against ``graph`` (the model's GraphProto) and apply
-    ``policy`` to it (fallback mode, host_shape_compute)."""
+    ``policy`` to it (fallback mode, host_shape_compute). ``cpu_preferred``: the nodes ONNX
+    Runtime itself reported keeping on the CPU as shape work (:func:`cpu_preferred_nodes`);
+    the engine's word wins over the graph analysis."""
     elsewhere = [n for n in nodes if n.device != requested]
     analysis = None
     if elsewhere and graph is not None:
@@ -66,6 +88,9 @@ def record_assignment(
         analysis=analysis,
         elsewhere_reason=f"{requested} has no kernel for it or declined it (ONNX Runtime's "
         f"graph partitioning)",
+        engine_shape_nodes=cpu_preferred,
+        engine_shape_reason="ONNX Runtime's partitioner reports it keeps this node on the CPU "
+        "because the CPU path is faster than copying its small inputs (GetCpuPreferredNodes)",
     )
     record_placement(
         record,
