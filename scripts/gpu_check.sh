@@ -39,10 +39,8 @@ phase() {  # phase NAME TIMEOUT_S COMMAND...: run with a time limit, log, note t
 
 setup() {
   mkdir -p "$SITE"
-  # A machine may come back with another session's xpuruntime in its base environment; its
-  # namespace hooks would shadow /tmp/site, so it goes.
-  python3 -m pip list 2>/dev/null | awk '/^xpuruntime/ {print $1}' |
-    xargs -r python3 -m pip uninstall -q -y >/dev/null 2>&1
+  # A machine may come back with another session's xpuruntime in its base environment: it
+  # would shadow parts of /tmp/site, so it goes (below).
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$SUMMARY"
   local ort
@@ -54,10 +52,16 @@ setup() {
     python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$wheel" &&
       note "onnxruntime-gpu installed from parts"
   fi
-  if ls .device/wheels/*.whl >/dev/null 2>&1; then
+  # Third-party wheels now; the members go in with the core (build): one pip --target call
+  # per top-level folder, as a later call replaces the folder an earlier one made.
+  local others
+  others=$(ls .device/wheels/*.whl 2>/dev/null | grep -v '/xpuruntime')
+  if [ -n "$others" ]; then
+    # shellcheck disable=SC2086
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" \
-      .device/wheels/*.whl && note "carried wheels: $(ls .device/wheels | wc -l)"
+      $others && note "carried wheels: $(echo "$others" | wc -l)"
   fi
+  rm -rf /opt/torch/.venv/lib/python3.12/site-packages/xpuruntime*
 }
 
 where() {  # which copy of each package this run imports
@@ -76,9 +80,13 @@ print(hits[0].rsplit("/", 1)[0] if hits else "")
 PY
 )
   # Only this machine's architecture (sm_90): half the device-code compile time.
+  rm -rf /tmp/core-wheel
   SKBUILD_CMAKE_DEFINE="XPURUNTIME_CUDA=ON;XPURUNTIME_CUDA_ARCHITECTURES=90-real;XPURUNTIME_CUBLAS_INCLUDE_DIR=$inc;XPURUNTIME_CHECK_CUBLAS_API=ON" \
-    CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install -v --no-build-isolation --no-deps \
-    --target "$SITE" --upgrade ./packages/xpuruntime-core
+    CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip wheel -v --no-build-isolation --no-deps \
+    -w /tmp/core-wheel ./packages/xpuruntime-core || return 1
+  rm -rf "$SITE"/xpuruntime "$SITE"/xpuruntime*.dist-info
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" \
+    /tmp/core-wheel/*.whl .device/wheels/xpuruntime*.whl
 }
 
 pytest_gpu() {  # the members' suites, GPU tests included
