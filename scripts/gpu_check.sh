@@ -22,7 +22,7 @@ mkdir -p "$LOGS"
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
 # NVLink multicast stays off on these machines, for us and for every child process.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-SITE=/tmp/site
+export SITE=/tmp/site  # exported: phases run in child shells
 export PYTHONPATH=$SITE
 SUMMARY=$LOGS/summary.txt
 : >"$SUMMARY"

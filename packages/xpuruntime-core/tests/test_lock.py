@@ -207,7 +207,11 @@ def test_store_merges_records_of_several_processes(tmp_path: Path) -> None:
     assert [w.wait() for w in workers] == [0, 0, 0, 0]
     assert len(Lockfile.load(path)) == 80
     assert lock_store(path).read() == Lockfile.load(path)
-    assert current_environment() == Lockfile.load(path).environments.popitem()[1]
+    # The cuDNN a process loads depends on what it imported first (PyTorch brings its own):
+    # the rest of the fingerprint is the machine's.
+    here = {k: v for k, v in current_environment().items() if k != "cudnn"}
+    stored = Lockfile.load(path).environments.popitem()[1]
+    assert here == {k: v for k, v in stored.items() if k != "cudnn"}
 
 
 def _gpu_skip_reason() -> str | None:

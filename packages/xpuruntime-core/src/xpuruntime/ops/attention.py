@@ -130,7 +130,8 @@ def _resolve(
     kernel, mode, strategy = policy_choice("attention", policy)
     dtype = str(q.dtype).removeprefix("torch.")
     device = "cpu" if q.device.type == "cpu" else f"cuda:{q.device.index or 0}"
-    decision: DecisionFields = core().resolve(
+    decision: DecisionFields
+    decision, _status, _layout = core().resolve(
         "attention", shape, dtype, device, kernel, mode, strategy
     )
     from xpuruntime.kernels.attention import KERNEL

@@ -42,6 +42,16 @@ from xpuruntime.runtime.record import (
 #: Ops whose output lives on the host whatever the device (their GPU kernels write the result
 #: to CPU memory): where a shape subgraph starts.
 SHAPE_SOURCES = frozenset({"Shape", "Size"})
+#: Ops that build or index shapes (the ops of exporters' shape subgraphs).
+SHAPE_OPS = frozenset(
+    {
+        "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Cast", "Equal", "Where", "Add",
+        "Sub", "Mul", "Div", "Range", "Reshape", "Expand", "ConstantOfShape", "ReduceProd",
+        "Greater", "Less", "Not", "And", "Or", "Max", "Min", "Identity", "Neg", "Abs",
+    }
+)  # fmt: skip
+# int64, int32, bool (onnx.TensorProto.DataType): the element types of shape values.
+_SHAPE_TYPES = frozenset({7, 6, 9})
 #: ONNX Runtime's limit for an initializer a CPU-preferred node may read (kSmallInitializerThreshold).
 SMALL_INITIALIZER = 100
 # Element types that keep a node off ONNX Runtime's CPU-preferred list (float16, bfloat16, the
@@ -149,6 +159,28 @@ class ShapeAnalysis:
     ) -> tuple[bool, str]:
         if node.op_type in SHAPE_SOURCES:
             return True, f"{node.op_type} reads only its input's shape"
+        replayed = ShapeAnalysis._replay(node, host, producers, types, initializers)
+        if replayed[0] or node.op_type not in SHAPE_OPS:
+            return replayed
+        # ONNX Runtime's partitioner also moves shape ops to the host from the other side (the
+        # producers of a kernel's CPU inputs, such as Reshape's target shape): an index/shape
+        # op whose every input and output is an integer or boolean tensor is shape arithmetic.
+        values = [v for v in [*node.input, *node.output] if v]
+        if values and all(types.get(v) in _SHAPE_TYPES for v in values):
+            return True, (
+                f"{node.op_type} on integer/boolean values only (shape arithmetic, which ONNX "
+                "Runtime keeps on the host next to the kernels that read shapes there)"
+            )
+        return replayed
+
+    @staticmethod
+    def _replay(
+        node: Any,
+        host: Mapping[str, str],
+        producers: Mapping[str, str],
+        types: Mapping[str, int],
+        initializers: Mapping[str, int],
+    ) -> tuple[bool, str]:
         inputs = [*node.input, *_implicit_inputs(node)]
         shape_inputs = []
         for name in inputs:

@@ -355,6 +355,9 @@ def _record_attention(
             )
         ]
     )
+    if kernel == "auto" and chosen in ATTENTION_BACKENDS:
+        # Run exactly what was recorded (PyTorch's own choice), so the decision names it.
+        return str(chosen), "recorded"
     return kernel, mode
 
 

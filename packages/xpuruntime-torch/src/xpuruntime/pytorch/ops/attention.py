@@ -66,7 +66,9 @@ def _on_backend(kernel: str, mode: str, run: Callable[[], Any], example: Tensor)
     backend, _ = ATTENTION_BACKENDS[kernel]
     # A locked backend is what PyTorch's selector chose for this signature when the lock was
     # recorded (on CPU tensors too: SDPBackend.FLASH_ATTENTION is also PyTorch's CPU kernel).
-    reason = None if mode == "locked" else off_device_reason("attention", kernel, example)
+    # "recorded": PyTorch's own choice, noted into the lockfile being written.
+    from_lock = mode in ("locked", "recorded")
+    reason = None if from_lock else off_device_reason("attention", kernel, example)
     if reason is None:
         with _captured_warnings() as caught:
             try:
@@ -82,18 +84,18 @@ def _on_backend(kernel: str, mode: str, run: Callable[[], Any], example: Tensor)
         if result is not None:
             _reemit(caught)
             locked = mode == "locked"
+            how = {"locked": ", replayed from the lockfile", "recorded": ", PyTorch's choice"}
             policy.note_decision(
                 "attention",
                 kernel,
                 mode,
-                f"SDPA restricted to {backend.name}"
-                + (", replayed from the lockfile" if locked else ""),
+                f"SDPA restricted to {backend.name}{how.get(mode, '')}",
                 status="locked" if locked else "decided",
                 **describe(example),
             )
             return result
     assert reason is not None
-    if mode == "locked":  # a locked choice not honoured: the policy's fallback mode
+    if from_lock:  # a locked (or just recorded) choice not honoured: the fallback mode
         policy.note_fallback(
             what="attention (locked)", requested=kernel, chosen="auto", reason=reason
         )
