@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # compute-sanitizer memcheck and racecheck over the core's CUDA GEMM paths (cuBLASLt plans and
 # timing, cuBLAS, epilogues, the activation-gradient and fill kernels), on the GPU machine.
-# Run from the repository root after device_check.sh has built the core into /tmp/site (or
+# Run from the repository root after `scripts/gpu_check.sh build` has put the core into /tmp/site (or
 # with the core importable some other way):
 #   bash packages/xpuruntime-core/scripts/compute_sanitizer.sh
 # Logs go to $OUT (default ./device-out); each tool's summary line is printed. A clean run
