@@ -8,7 +8,8 @@
 // groups in one block; groups reduce through warp shuffles and, across warps, shared memory
 // and a named barrier of their own.
 //
-// The backward is persistent: a grid sized to the GPU's resident blocks walks the rows, each
+// The backward is persistent: a grid sized to the GPU's resident blocks walks the rows (all
+// groups of a block step together, so their cross-warp sums use the block barrier), each
 // thread accumulating dweight/dbias for its columns in float32 registers over all the rows
 // it sees; one partial row per block goes to a workspace that a second small kernel reduces
 // in a fixed order (deterministic results). Traffic is dy + x read once, dx written once.
@@ -121,10 +122,12 @@ struct Group {
   int warps;   // warps per group
   int thread;  // thread within the group
   int threads;
-  bool whole_block;
+  // The group synchronises with __syncthreads: it is the whole block, or every group of the
+  // block reaches each barrier together (lockstep loops).
+  bool block_barrier;
 };
 
-__device__ __forceinline__ Group make_group(int warps_per_group) {
+__device__ __forceinline__ Group make_group(int warps_per_group, bool lockstep = false) {
   Group g;
   const int warp = static_cast<int>(threadIdx.x) >> 5;
   g.lane = static_cast<int>(threadIdx.x) & 31;
@@ -133,12 +136,12 @@ __device__ __forceinline__ Group make_group(int warps_per_group) {
   g.warp = warp - g.index * warps_per_group;
   g.threads = warps_per_group * 32;
   g.thread = g.warp * 32 + g.lane;
-  g.whole_block = g.threads == static_cast<int>(blockDim.x);
+  g.block_barrier = lockstep || g.threads == static_cast<int>(blockDim.x);
   return g;
 }
 
 __device__ __forceinline__ void group_barrier(const Group& g) {
-  if (g.whole_block) {
+  if (g.block_barrier) {
     __syncthreads();
   } else {
     // Named barrier 1 + group (barrier 0 is __syncthreads); at most 8 groups per block.
@@ -366,7 +369,12 @@ __global__ void __launch_bounds__(512) norm_backward_vec(const BackwardParams p)
   constexpr int E = V::kElems;
   // [rows_per_block][2 alternating][warps_per_row] float2; reused for the partials after.
   extern __shared__ float scratch[];
-  const Group g = make_group(p.warps_per_row);
+  // Lockstep: every group runs the block's iteration count (a group past the last row idles)
+  // and meets the others at __syncthreads. With a named barrier per group, groups ran
+  // different iteration counts into write_partial's block barriers, and compute-sanitizer's
+  // racecheck reported the partial-sum gather there as racy; block barriers only are
+  // unambiguous and cost little in a kernel that reduces once per row.
+  const Group g = make_group(p.warps_per_row, /*lockstep=*/true);
   float2* slots = reinterpret_cast<float2*>(scratch) + g.index * 2 * g.warps;
   float acc_w[kVec * E];
   float acc_b[kRms ? 1 : kVec * E];
@@ -377,26 +385,28 @@ __global__ void __launch_bounds__(512) norm_backward_vec(const BackwardParams p)
 
   const long long stride = static_cast<long long>(gridDim.x) * p.rows_per_block;
   int iteration = 0;
-  for (long long row = static_cast<long long>(blockIdx.x) * p.rows_per_block + g.index;
-       row < p.rows; row += stride, ++iteration) {
-    const long long offset = row * p.h;
+  for (long long first = static_cast<long long>(blockIdx.x) * p.rows_per_block; first < p.rows;
+       first += stride, ++iteration) {
+    const long long row = first + g.index;
+    const bool active = row < p.rows;
+    const long long offset = active ? row * p.h : 0;
     const T* dyr = static_cast<const T*>(p.dy) + offset;
     const T* xr = static_cast<const T*>(p.x) + offset;
     uint4 dv[kVec], xv[kVec];
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
       const int c = i * g.threads + g.thread;
-      const bool valid = c < p.vectors;
+      const bool valid = active && c < p.vectors;
       dv[i] = valid ? load_once(dyr + c * E) : make_uint4(0, 0, 0, 0);
       xv[i] = valid ? load_once(xr + c * E) : make_uint4(0, 0, 0, 0);
     }
-    const float mu = kRms ? 0.0f : __ldg(p.mean + row);
-    const float rs = __ldg(p.rstd + row);
+    const float mu = kRms || !active ? 0.0f : __ldg(p.mean + row);
+    const float rs = active ? __ldg(p.rstd + row) : 0.0f;
     float s_xg = 0.0f, s_g = 0.0f;  // sums of xhat * (w * dy) and of w * dy
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
       const int c = i * g.threads + g.thread;
-      if (c < p.vectors) {
+      if (active && c < p.vectors) {
         float d[E], f[E];
         V::unpack(dv[i], d);
         V::unpack(xv[i], f);
@@ -420,7 +430,7 @@ __global__ void __launch_bounds__(512) norm_backward_vec(const BackwardParams p)
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
       const int c = i * g.threads + g.thread;
-      if (c < p.vectors) {
+      if (active && c < p.vectors) {
         float d[E], f[E], w[E];
         V::unpack(dv[i], d);
         V::unpack(xv[i], f);
