@@ -73,6 +73,79 @@ def test_flash_v2_pinned_raises_for_a_shape_it_cannot_serve() -> None:
             F.scaled_dot_product_attention(q, k, v)
 
 
+_SDPA_BACKENDS = {"flash_v2": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
+                  "cudnn": "CUDNN_ATTENTION"}  # fmt: skip
+
+
+@pytest.mark.parametrize("kernel", sorted(_SDPA_BACKENDS))
+@pytest.mark.parametrize(
+    ("head_dim", "seq", "masked", "causal"),
+    [(128, 256, False, True), (64, 200, False, False), (72, 256, False, True),
+     (64, 200, True, False)],
+)  # fmt: skip
+def test_pinned_sdpa_backend_runs_its_aten_entry_point_as_sdpa_does(
+    kernel: str, head_dim: int, seq: int, masked: bool, causal: bool
+) -> None:
+    # The same backend kernel, called directly: output and gradients equal SDPA's when it is
+    # restricted to that backend; head dims off the multiple of 8 (flash pads them), boolean
+    # masks with rows off the 16-element alignment (the memory-efficient kernel's).
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch.manual_seed(0)
+    q, k, v = (
+        torch.randn(2, 4, seq, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        for _ in range(3)
+    )
+    mask = torch.rand(seq, seq, device="cuda") > 0.3 if masked else None
+    grad = torch.randn(2, 4, seq, head_dim, device="cuda", dtype=torch.bfloat16)
+    backend = getattr(SDPBackend, _SDPA_BACKENDS[kernel])
+    try:
+        with sdpa_kernel([backend]):
+            expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+    except RuntimeError as error:
+        with (
+            xrt_torch.kernel_policy(attention=kernel, exec_policy=ExecutionPolicy(fallback="error")),
+            pytest.raises(UnsupportedOperationError, match="refuses this call"),
+        ):  # fmt: skip
+            xrt_torch.ops.fused_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        pytest.skip(f"{kernel} cannot serve this case through SDPA either: {error}")
+    expected_grads = torch.autograd.grad(expected, (q, k, v), grad)
+    with xrt_torch.kernel_policy(attention=kernel) as record:
+        got = xrt_torch.ops.fused_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        got_grads = torch.autograd.grad(got, (q, k, v), grad)
+        with torch.no_grad():
+            inference = xrt_torch.ops.fused_attention(q, k, v, attn_mask=mask, is_causal=causal)
+    assert record.fallbacks == []
+    assert {d.kernel for d in record.decisions if d.op == "attention"} == {kernel}
+    torch.testing.assert_close(got, expected, atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(inference, expected, atol=2e-3, rtol=2e-3)
+    for ours, theirs in zip(got_grads, expected_grads, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=2e-2, rtol=2e-2)
+
+
+def test_pinned_sdpa_backend_under_compile_and_with_dropout() -> None:
+    torch.manual_seed(0)
+    q, k, v = (
+        torch.randn(2, 4, 256, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        for _ in range(3)
+    )
+
+    def block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return xrt_torch.ops.fused_attention(q, k, v, is_causal=True)
+
+    with xrt_torch.kernel_policy(attention="flash_v2") as record:
+        eager = block(q, k, v)
+        compiled = torch.compile(block, fullgraph=True)(q, k, v)
+        compiled.sum().backward()
+        # Dropout in training: the backward uses the forward's RNG state (no recomputation).
+        dropped = xrt_torch.ops.fused_attention(q, k, v, dropout_p=0.5)
+        dropped.sum().backward()
+    torch.testing.assert_close(compiled, eager)
+    assert q.grad is not None
+    assert torch.isfinite(q.grad).all()
+    assert record.fallbacks == []
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_fused_layernorm_runs_the_core_cuda_kernel(dtype: torch.dtype) -> None:
     x = torch.randn(64, 1024, device="cuda", dtype=dtype, requires_grad=True)

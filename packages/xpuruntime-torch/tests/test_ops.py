@@ -34,7 +34,7 @@ def test_fused_attention_opcheck(kernel: str) -> None:
     with xrt_torch.kernel_policy(exec_policy=ExecutionPolicy(fallback="allow")):
         torch.library.opcheck(
             torch.ops.xpuruntime.fused_attention.default,
-            (q, k, v, None, 0.0, True, None, kernel, mode),
+            (q, k, v, None, 0.0, True, None, kernel, mode, True),
         )
 
 
@@ -210,3 +210,44 @@ def test_ops_compile_with_inductor() -> None:
     with xrt_torch.kernel_policy(attention="math", layernorm="torch"):
         out = torch.compile(block, fullgraph=True)(x)
     torch.testing.assert_close(out, block(x))
+
+
+def test_pinned_backend_never_touches_the_process_wide_sdpa_switches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The pinned backend is called through its ATen entry point: a call that flipped the
+    # SDPA switches (sdpa_kernel) around it would raise here.
+    import torch.nn.attention
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("fused_attention toggled the process-wide SDPA switches")
+
+    q, k, v = _qkv()
+    with xrt_torch.kernel_policy(attention="math"):
+        monkeypatch.setattr(torch.nn.attention, "sdpa_kernel", refuse)
+        out = fused_attention(q, k, v, is_causal=True)
+        out.sum().backward()
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_cpu_flash_entry_point_matches_sdpa_with_its_own_backward(masked: bool) -> None:
+    # PyTorch's CPU flash kernel through its entry point (what a lock recorded on a CPU
+    # replays): output and gradients, from the log-sum-exp the forward kept.
+    from xpuruntime.pytorch.ops import sdpa_entries
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 24, 16, requires_grad=True) for _ in range(3))
+    mask = torch.rand(24, 24) > 0.3 if masked else None
+    assert sdpa_entries.refusal("flash_v2", q, k, v, mask, 0.0, False, None, True) is None
+    saved = sdpa_entries.forward("flash_v2", q, k, v, mask, 0.0, False, None, True)
+    grad = torch.randn_like(saved[0])
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(saved[0], expected)
+    grads = sdpa_entries.backward("flash_v2", grad, q, k, v, saved, mask, 0.0, False, None)
+    for ours, theirs in zip(grads, torch.autograd.grad(expected, (q, k, v), grad), strict=True):
+        torch.testing.assert_close(ours, theirs)
+    # A backend that has no CPU entry point says so.
+    reason = sdpa_entries.refusal("efficient", q, k, v, None, 0.0, False, None, False)
+    assert reason is not None
+    assert "runs on cuda" in reason or "no ATen entry point" in reason

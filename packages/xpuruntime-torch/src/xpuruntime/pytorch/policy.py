@@ -464,6 +464,19 @@ def note_decision(
         )
 
 
+def already_noted(key: tuple[Any, ...]) -> bool:
+    """True when ``key`` was noted under the policy in effect, else note it and return False.
+
+    Ops call this with a cheap key (shapes as ``torch.Size``, dtype and device objects) to
+    skip building a decision's strings on every repeat of a call they already recorded.
+    """
+    decided = _state.decided
+    if key in decided:
+        return True
+    decided.add(key)
+    return False
+
+
 def note_kernel_fallback(
     *, op: str, kernel: str, entry_mode: str, chosen: str, reason: str
 ) -> None:

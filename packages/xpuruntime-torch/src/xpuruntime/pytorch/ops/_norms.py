@@ -19,7 +19,8 @@ import torch
 from torch import Tensor
 
 from xpuruntime.pytorch import policy
-from xpuruntime.pytorch._compat import HAS_CUSTOM_OP, is_compiling
+from xpuruntime.pytorch._compat import HAS_CUSTOM_OP
+from xpuruntime.pytorch.ops._eager import plain_eager
 from xpuruntime.pytorch.ops._norm_kernels import (
     LAYERNORM,
     RMSNORM,
@@ -277,28 +278,6 @@ if HAS_CUSTOM_OP:
 # ---------------------------------------------------------------------------------------
 # What the public functions call.
 
-_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
-
-
-def _plain_eager(
-    x: Tensor, residual: Tensor | None, weight: Tensor | None, bias: Tensor | None
-) -> bool:
-    """True for an eager call on plain tensors that nothing intercepts: no compiler or tracer,
-    no dispatch or function mode (fake tensors, functionalisation), no functorch transform,
-    no tensor subclass. Only then may a call skip PyTorch's dispatcher."""
-    return not (
-        is_compiling()
-        or torch._C._len_torch_dispatch_stack()
-        or torch._C._is_torch_function_mode_enabled()
-        or torch._C._are_functorch_transforms_active()
-        or torch._C._get_tracing_state() is not None
-        or type(x) not in _PLAIN_TENSORS
-        or (residual is not None and type(residual) not in _PLAIN_TENSORS)
-        or (weight is not None and type(weight) not in _PLAIN_TENSORS)
-        or (bias is not None and type(bias) not in _PLAIN_TENSORS)
-    )
-
-
 _machine_eps: dict[torch.dtype, float] = {}
 
 
@@ -330,7 +309,7 @@ def run_norm(
 ) -> tuple[Tensor, ...]:
     """The forward op's outputs (y, [s,] stats) for the policy in effect."""
     kernel, mode = requested_kernel(norm.op)
-    if HAS_CUSTOM_OP and not _plain_eager(x, residual, weight, bias):
+    if HAS_CUSTOM_OP and not plain_eager(x, residual, weight, bias):
         ops = _ops[norm.op]
         if residual is None:
             return tuple(ops.forward(x, normalized_shape, weight, bias, eps, kernel, mode))

@@ -10,8 +10,9 @@ import torch
 from xpuruntime.pytorch import policy
 from xpuruntime.pytorch.mapping import kernel_devices
 from xpuruntime.pytorch.policy import requested_kernel
+from xpuruntime.runtime.record import DecisionStatus
 
-__all__ = ["describe", "fall_back", "off_device_reason", "requested_kernel"]
+__all__ = ["describe", "fall_back", "note_call", "off_device_reason", "requested_kernel"]
 
 
 def off_device_reason(op: str, kernel: str, tensor: torch.Tensor) -> str | None:
@@ -44,3 +45,17 @@ def describe(tensor: torch.Tensor) -> Where:
         "dtype": str(tensor.dtype).removeprefix("torch."),
         "device": str(tensor.device),
     }
+
+
+def note_call(
+    op: str,
+    kernel: str,
+    mode: str,
+    reason: str,
+    tensor: torch.Tensor,
+    status: DecisionStatus = "decided",
+) -> None:
+    """Record an op call's decision; a repeat of a recorded call costs one set lookup."""
+    if policy.already_noted((op, kernel, mode, status, tensor.shape, tensor.dtype, tensor.device)):
+        return
+    policy.note_decision(op, kernel, mode, reason, status=status, **describe(tensor))

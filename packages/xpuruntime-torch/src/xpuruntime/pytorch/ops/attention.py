@@ -1,25 +1,27 @@
 """``fused_attention``: scaled dot-product attention on the kernel the policy names.
 
-``xrt_flash`` runs xpuruntime's own Triton kernels (:mod:`.xrt_attention`). The other
-kernels are PyTorch's own (FlashAttention-2, memory-efficient, cuDNN, math); the policy
-decides which one may run. A kernel that cannot serve a call (not on this device, or PyTorch
-refuses the inputs, with its reasons: PyTorch reports them as warnings before its "No
-available kernel" error) follows the kernel fallback rule: pinned under ``fallback="error"``
-it raises :class:`~xpuruntime.runtime.errors.UnsupportedOperationError`, otherwise the
-fallback to PyTorch's own choice is warned or recorded. Under a decision lockfile
+``xrt_flash`` runs xpuruntime's own Triton kernels (:mod:`.xrt_attention`). ``flash_v2``,
+``efficient`` and ``cudnn`` are PyTorch's own backends, called through their ATen entry
+points (:mod:`.sdpa_entries`): no process-wide SDPA switch is touched, and training runs the
+backend's own backward on the log-sum-exp its forward kept. ``math`` is PyTorch's math
+backend through its entry point (differentiable as it is). With no policy entry PyTorch's
+SDPA chooses. A backend that cannot serve a call (PyTorch's own check says why) follows the
+kernel fallback rule: pinned under ``fallback="error"`` it raises
+:class:`~xpuruntime.runtime.errors.UnsupportedOperationError`, otherwise the fallback to
+PyTorch's own choice is warned or recorded. Under a decision lockfile
 (``ExecutionPolicy(lock=...)``) the backend PyTorch selects is recorded per call signature,
 and replayed as mode ``"locked"``: exactly the locked backend, a refusal going through the
 policy's fallback mode.
 
-Backward recomputes the attention on the same backend (as activation checkpointing does)
-inside a second custom op, so both directions stay opaque, compile-friendly ops.
+Plain eager calls run the entry points directly, differentiated by PyTorch's own autograd.
+Compiled and traced calls go through the custom op ``xpuruntime::fused_attention``, which
+resolves the kernel itself (opaque to the tracer) and returns the output with what the
+backward needs (log-sum-exp and the dropout RNG state; empty where the kernel keeps none,
+and then its backward op recomputes the forward under autograd).
 """
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -30,195 +32,213 @@ from xpuruntime.pytorch import policy
 from xpuruntime.pytorch._compat import HAS_CUSTOM_OP, autograd_inside_kernel, restrict_sdpa
 from xpuruntime.pytorch.lock import attention_kernel
 from xpuruntime.pytorch.mapping import ATTENTION_BACKENDS
-from xpuruntime.pytorch.ops import xrt_attention
+from xpuruntime.pytorch.ops import sdpa_entries, xrt_attention
+from xpuruntime.pytorch.ops._eager import plain_eager
 from xpuruntime.pytorch.ops._policy import (
     describe,
     fall_back,
+    note_call,
     off_device_reason,
     requested_kernel,
 )
+from xpuruntime.runtime.record import DecisionStatus
 
 __all__ = ["fused_attention"]
 
-
-@contextmanager
-def _captured_warnings() -> Iterator[list[warnings.WarningMessage]]:
-    # PyTorch explains why a backend cannot serve a call through warnings; catch them all
-    # (a warnings-as-errors filter would otherwise turn the first one into the error).
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield caught
+_HOW = {
+    "locked": ", replayed from the lockfile",
+    "recorded": ", PyTorch's choice",
+}
 
 
-def _reemit(caught: list[warnings.WarningMessage]) -> None:
-    for message in caught:
-        warnings.warn_explicit(message.message, message.category, message.filename, message.lineno)
+def _sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None,
+          dropout_p: float, is_causal: bool, scale: float | None) -> Tensor:  # fmt: skip
+    return F.scaled_dot_product_attention(
+        query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+        scale=scale,
+    )  # fmt: skip
 
 
-def _on_backend(kernel: str, mode: str, run: Callable[[], Any], example: Tensor) -> Any:
-    """Run ``run`` with SDPA restricted to ``kernel``; if it cannot serve the call, apply the
-    kernel fallback rule and run on any backend."""
+# What runs after a fallback: PyTorch's SDPA choosing among all its backends. A pinned
+# policy left only its backend enabled process-wide (for plain SDPA calls elsewhere), so this
+# one path re-enables them around the call; the pinned path never touches the switches.
+_FALLBACK = "fallback"
+
+
+def _sdpa_any(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None,
+              dropout_p: float, is_causal: bool, scale: float | None) -> Tensor:  # fmt: skip
+    with restrict_sdpa(*(backend for backend, _ in ATTENTION_BACKENDS.values())):
+        return _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale)
+
+
+def _refusal(kernel: str, mode: str, query: Tensor, key: Tensor, value: Tensor,
+             attn_mask: Tensor | None, dropout_p: float, is_causal: bool, scale: float | None,
+             needs_grad: bool) -> str | None:  # fmt: skip
+    """Why ``kernel`` cannot serve this call, or None. Metadata only: fakes agree."""
     if kernel == "auto":
-        policy.note_decision(
-            "attention", "auto", "auto", "PyTorch's SDPA selection", **describe(example)
-        )
-        return run()
-    backend, _ = ATTENTION_BACKENDS[kernel]
+        return None
     # A locked backend is what PyTorch's selector chose for this signature when the lock was
     # recorded (on CPU tensors too: SDPBackend.FLASH_ATTENTION is also PyTorch's CPU kernel).
-    # "recorded": PyTorch's own choice, noted into the lockfile being written.
-    from_lock = mode in ("locked", "recorded")
-    reason = None if from_lock else off_device_reason("attention", kernel, example)
+    if mode not in ("locked", "recorded"):
+        reason = off_device_reason("attention", kernel, query)
+        if reason is not None:
+            return reason
+    if kernel == "math":
+        return None
+    return sdpa_entries.refusal(
+        kernel, query, key, value, attn_mask, dropout_p, is_causal, scale, needs_grad
+    )
+
+
+def _resolve(kernel: str, mode: str, query: Tensor, key: Tensor, value: Tensor,
+             attn_mask: Tensor | None, dropout_p: float, is_causal: bool, scale: float | None,
+             needs_grad: bool) -> str:  # fmt: skip
+    """The kernel that runs this call ("auto": PyTorch's SDPA), its decision recorded; a
+    backend that cannot serve it goes through the kernel fallback rule (then ``_FALLBACK``)."""
+    reason = _refusal(kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale,
+                      needs_grad)  # fmt: skip
     if reason is None:
-        with _captured_warnings() as caught:
-            try:
-                with restrict_sdpa(backend):
-                    result = run()
-            except RuntimeError as error:
-                result = None
-                said = " | ".join([str(w.message) for w in caught] + [str(error)])
-                reason = (
-                    f"{backend.name} cannot serve this call (query {tuple(example.shape)} "
-                    f"{example.dtype} on {example.device}); PyTorch says: {said}"
-                )
-        if result is not None:
-            _reemit(caught)
-            locked = mode == "locked"
-            how = {"locked": ", replayed from the lockfile", "recorded": ", PyTorch's choice"}
-            policy.note_decision(
-                "attention",
-                kernel,
-                mode,
-                f"SDPA restricted to {backend.name}{how.get(mode, '')}",
-                status="locked" if locked else "decided",
-                **describe(example),
-            )
-            return result
-    assert reason is not None
-    if from_lock:  # a locked (or just recorded) choice not honoured: the fallback mode
+        if kernel == "auto":
+            note_call("attention", "auto", "auto", "PyTorch's SDPA selection", query)
+        else:
+            how = "ATen entry point" + _HOW.get(mode, "")
+            status: DecisionStatus = "locked" if mode == "locked" else "decided"
+            note_call("attention", kernel, mode, f"{kernel} through its {how}", query, status)
+        return kernel
+    if mode in ("locked", "recorded"):  # a locked (or just recorded) choice not honoured
         policy.note_fallback(
             what="attention (locked)", requested=kernel, chosen="auto", reason=reason
         )
     else:
         fall_back("attention", kernel, mode, "auto", reason)  # raises for a pin under 'error'
     policy.note_decision(
-        "attention",
-        "auto",
-        mode,
-        f"fallback from {kernel}: {reason}",
-        status="fallen_back",
-        **describe(example),
-    )
-    # A pinned policy left only its backend enabled process-wide: let SDPA choose again.
-    with restrict_sdpa(*(b for b, _ in ATTENTION_BACKENDS.values())):
-        return run()
+        "attention", "auto", mode, f"fallback from {kernel}: {reason}", status="fallen_back",
+        **describe(query),
+    )  # fmt: skip
+    return _FALLBACK
 
 
-def _sdpa(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attn_mask: Tensor | None,
-    dropout_p: float,
-    is_causal: bool,
-    scale: float | None,
-) -> Tensor:
-    return F.scaled_dot_product_attention(
-        query,
-        key,
-        value,
-        attn_mask=attn_mask,
-        dropout_p=dropout_p,
-        is_causal=is_causal,
-        scale=scale,
-    )
+def _no_saved(query: Tensor) -> sdpa_entries.Saved:
+    # Distinct tensors: a custom op's outputs may not alias one another.
+    return query.new_empty(0), query.new_empty(0), query.new_empty(0), query.new_empty(0)
 
 
-def _fused_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attn_mask: Tensor | None,
-    dropout_p: float,
-    is_causal: bool,
-    scale: float | None,
-    kernel: str,
-    mode: str,
-) -> Tensor:
-    def run() -> Tensor:
-        return _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale)
-
-    output: Tensor = _on_backend(kernel, mode, run, query)
-    # One layout whatever the backend (flash returns a transposed view): the fake matches.
-    return output.contiguous()
-
-
-def _fused_attention_fake(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attn_mask: Tensor | None,
-    dropout_p: float,
-    is_causal: bool,
-    scale: float | None,
-    kernel: str,
-    mode: str,
-) -> Tensor:
-    return query.new_empty((*query.shape[:-1], value.shape[-1]))
+def _forward(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None,
+             dropout_p: float, is_causal: bool, scale: float | None, kernel: str,
+             need_lse: bool) -> sdpa_entries.Saved:  # fmt: skip
+    """(output, log-sum-exp, seed, offset) of a resolved kernel; the last three are empty for
+    math and PyTorch's own choice, whose backward recomputes."""
+    if kernel in sdpa_entries.ENTRY_KERNELS:
+        return sdpa_entries.forward(
+            kernel, query, key, value, attn_mask, dropout_p, is_causal, scale, need_lse
+        )
+    if kernel == "math":
+        out = sdpa_entries.math_attention(query, key, value, attn_mask, dropout_p, is_causal,
+                                          scale)  # fmt: skip
+    else:
+        run = _sdpa_any if kernel == _FALLBACK else _sdpa
+        out = run(query, key, value, attn_mask, dropout_p, is_causal, scale)
+    # One layout (the fake's) whatever PyTorch chose.
+    return (out.contiguous(), *_no_saved(query)[1:])
 
 
-def _fused_attention_backward(
-    grad: Tensor,
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attn_mask: Tensor | None,
-    is_causal: bool,
-    scale: float | None,
-    kernel: str,
-    mode: str,
-) -> tuple[Tensor, Tensor, Tensor]:
+def _backward_of(grad: Tensor, query: Tensor, key: Tensor, value: Tensor,
+                 saved: sdpa_entries.Saved, attn_mask: Tensor | None, dropout_p: float,
+                 is_causal: bool, scale: float | None,
+                 kernel: str) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    if kernel in sdpa_entries.ENTRY_KERNELS:
+        return sdpa_entries.backward(
+            kernel, grad, query, key, value, saved, attn_mask, dropout_p, is_causal, scale
+        )
+    # math / PyTorch's choice: recompute under autograd (as activation checkpointing does).
     inputs = [tensor.detach().requires_grad_() for tensor in (query, key, value)]
-
-    def run() -> tuple[Tensor, ...]:
-        with autograd_inside_kernel():
-            q, k, v = inputs
-            output = _sdpa(q, k, v, attn_mask, 0.0, is_causal, scale)
-            return torch.autograd.grad(output, inputs, grad)
-
-    grads = _on_backend(kernel, mode, run, query)
-    return tuple(  # type: ignore[return-value]
+    with autograd_inside_kernel():
+        q, k, v = inputs
+        if kernel == "math":
+            out = sdpa_entries.math_attention(q, k, v, attn_mask, 0.0, is_causal, scale)
+        else:
+            run = _sdpa_any if kernel == _FALLBACK else _sdpa
+            out = run(q, k, v, attn_mask, 0.0, is_causal, scale)
+        grads = torch.autograd.grad(out, inputs, grad)
+    # In the inputs' layouts, as the fake (empty_like) promises.
+    dq, dk, dv = (
         g if g.stride() == t.stride() else torch.empty_like(t).copy_(g)
         for g, t in zip(grads, (query, key, value), strict=True)
     )
+    return dq, dk, dv
 
 
-def _fused_attention_backward_fake(
-    grad: Tensor,
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attn_mask: Tensor | None,
-    is_causal: bool,
-    scale: float | None,
-    kernel: str,
-    mode: str,
-) -> tuple[Tensor, Tensor, Tensor]:
+# ---------------------------------------------------------------------------------------
+# The custom ops (torch.compile, tracing, subclasses) and the eager autograd.Function.
+
+
+def _fused_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None,
+                     dropout_p: float, is_causal: bool, scale: float | None, kernel: str,
+                     mode: str, need_lse: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
+    # The op may be called with a kernel that cannot serve the call: resolve it here.
+    chosen = _resolve(kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale,
+                      need_lse)  # fmt: skip
+    return _forward(query, key, value, attn_mask, dropout_p, is_causal, scale, chosen, need_lse)
+
+
+def _fused_attention_fake(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None,
+                          dropout_p: float, is_causal: bool, scale: float | None, kernel: str,
+                          mode: str, need_lse: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
+    chosen = kernel
+    if _refusal(kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale,
+                need_lse) is not None:  # fmt: skip
+        chosen = _FALLBACK
+    if chosen in sdpa_entries.ENTRY_KERNELS:  # the entry points' own meta kernels
+        return sdpa_entries.forward(
+            chosen, query, key, value, attn_mask, dropout_p, is_causal, scale, need_lse
+        )
+    out = query.new_empty((*query.shape[:-1], value.shape[-1]))
+    return (out, *_no_saved(query)[1:])
+
+
+def _fused_attention_backward(grad: Tensor, query: Tensor, key: Tensor, value: Tensor,
+                              out: Tensor, lse: Tensor, seed: Tensor, offset: Tensor,
+                              attn_mask: Tensor | None, dropout_p: float, is_causal: bool,
+                              scale: float | None, kernel: str,
+                              mode: str) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    chosen = kernel
+    if _refusal(kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale,
+                True) is not None:  # fmt: skip
+        chosen = _FALLBACK  # the forward fell back (and recorded it): recompute that
+    return _backward_of(grad, query, key, value, (out, lse, seed, offset), attn_mask,
+                        dropout_p, is_causal, scale, chosen)  # fmt: skip
+
+
+def _fused_attention_backward_fake(grad: Tensor, query: Tensor, key: Tensor, value: Tensor,
+                                   out: Tensor, lse: Tensor, seed: Tensor, offset: Tensor,
+                                   attn_mask: Tensor | None, dropout_p: float,
+                                   is_causal: bool, scale: float | None, kernel: str,
+                                   mode: str) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    chosen = kernel
+    if _refusal(kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale,
+                True) is not None:  # fmt: skip
+        chosen = _FALLBACK
+    if chosen in sdpa_entries.ENTRY_KERNELS:
+        return sdpa_entries.backward(chosen, grad, query, key, value, (out, lse, seed, offset),
+                                     attn_mask, dropout_p, is_causal, scale)  # fmt: skip
     return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
 
 
-def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-    query, key, value, attn_mask, _dropout_p, is_causal, scale, kernel, mode = inputs
-    ctx.save_for_backward(query, key, value, attn_mask)
-    ctx.is_causal, ctx.scale, ctx.kernel, ctx.mode = is_causal, scale, kernel, mode
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
+    query, key, value, attn_mask, dropout_p, is_causal, scale, kernel, mode, _ = inputs
+    ctx.save_for_backward(query, key, value, attn_mask, *output)
+    ctx.call = (dropout_p, is_causal, scale, kernel, mode)
+    ctx.mark_non_differentiable(*output[1:])
 
 
-def _backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-    query, key, value, attn_mask = ctx.saved_tensors
+def _backward(ctx: Any, grad: Tensor, *_: Tensor) -> tuple[Tensor | None, ...]:
+    query, key, value, attn_mask, out, lse, seed, offset = ctx.saved_tensors
+    dropout_p, is_causal, scale, kernel, mode = ctx.call
     dq, dk, dv = torch.ops.xpuruntime.fused_attention_backward(
-        grad, query, key, value, attn_mask, ctx.is_causal, ctx.scale, ctx.kernel, ctx.mode
-    )
-    return dq, dk, dv, None, None, None, None, None, None
+        grad, query, key, value, out, lse, seed, offset, attn_mask, dropout_p, is_causal,
+        scale, kernel, mode,
+    )  # fmt: skip
+    return dq, dk, dv, None, None, None, None, None, None, None
 
 
 if HAS_CUSTOM_OP:
@@ -246,14 +266,16 @@ def fused_attention(
     """Fused multi-head attention, ``(batch, heads, seq, head_dim)`` in and out.
 
     Runs xpuruntime's own Triton kernels when the policy's ``attention`` entry is
-    ``xrt_flash``; otherwise PyTorch's SDPA restricted to the backend the entry names
-    (``flash_v2``, ``efficient``, ``cudnn``, ``math``), or PyTorch's own choice when the
+    ``xrt_flash``; PyTorch's backend the entry names (``flash_v2``, ``efficient``,
+    ``cudnn``, ``math``) through its own ATen entry point; or PyTorch's own choice when the
     policy names none. ``scale`` defaults to ``1/sqrt(head_dim)``. With ``enable_gqa`` key and
     value may have fewer heads than the query (a divisor of them), as in SDPA.
     """
     kernel, mode = requested_kernel("attention")
+    needs_grad = torch.is_grad_enabled() and (
+        query.requires_grad or key.requires_grad or value.requires_grad
+    )
     if kernel == xrt_attention.KERNEL:
-        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
         reason = xrt_attention.call_unsupported(attn_mask, dropout_p, needs_grad)
         if not reason:
             return xrt_attention.xrt_flash_attention(query, key, value, is_causal, scale, mode)
@@ -268,16 +290,31 @@ def fused_attention(
     kernel, mode = attention_kernel(
         kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale
     )
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
-    if (dropout_p > 0.0 and needs_grad) or not HAS_CUSTOM_OP:
-        # Recomputing in backward would draw a different dropout mask; PyTorch's own
-        # autograd keeps the RNG state, so train-time dropout runs SDPA directly (as does
-        # PyTorch < 2.4, which has no torch.library.custom_op).
-        def run() -> Tensor:
-            return _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale)
-
-        result: Tensor = _on_backend(kernel, mode, run, query)
-        return result
-    return torch.ops.xpuruntime.fused_attention(  # type: ignore[no-any-return]
-        query, key, value, attn_mask, float(dropout_p), is_causal, scale, kernel, mode
-    )
+    eager = not HAS_CUSTOM_OP or plain_eager(query, key, value, attn_mask)
+    if not eager and not (dropout_p > 0.0 and needs_grad):
+        # Compiling or tracing: the op resolves the kernel itself, opaque to the tracer.
+        return torch.ops.xpuruntime.fused_attention(  # type: ignore[no-any-return]
+            query, key, value, attn_mask, float(dropout_p), is_causal, scale, kernel, mode,
+            needs_grad,
+        )[0]  # fmt: skip
+    chosen = _resolve(kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale,
+                      needs_grad)  # fmt: skip
+    if chosen in sdpa_entries.ENTRY_KERNELS:
+        if not eager:  # training with dropout, traced: the op keeps the RNG state
+            return torch.ops.xpuruntime.fused_attention(  # type: ignore[no-any-return]
+                query, key, value, attn_mask, float(dropout_p), is_causal, scale, chosen,
+                mode, needs_grad,
+            )[0]  # fmt: skip
+        # The entry points are differentiable ATen ops: PyTorch's autograd runs the backend's
+        # own backward (in C++, as under SDPA) on what the forward kept.
+        return sdpa_entries.output(
+            chosen, query, key, value, attn_mask, dropout_p, is_causal, scale, needs_grad
+        )
+    # math / PyTorch's choice, differentiated by PyTorch's own autograd (which keeps the
+    # dropout RNG state a recomputation would lose).
+    if chosen == "math":
+        return sdpa_entries.math_attention(
+            query, key, value, attn_mask, dropout_p, is_causal, scale
+        )
+    run = _sdpa_any if chosen == _FALLBACK else _sdpa
+    return run(query, key, value, attn_mask, dropout_p, is_causal, scale)
