@@ -248,25 +248,25 @@ def main() -> None:
     impls = ["cudnn", "flash"] + ([] if args.no_efficient else ["efficient"])
     env = _environment()
     print(json.dumps(env))
-    rows = []
+    rows: list[dict[str, Any]] = []
     started = time.perf_counter()
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "attention_bench.json"
+
+    def save() -> None:  # after every case: a run cut short keeps what it measured
+        wall = round(time.perf_counter() - started, 1)
+        path.write_text(json.dumps({"environment": env, "cases": rows, "wall_s": wall}, indent=1))
+
     for dim in (64, 128):
         for causal in (False, True):
             for seq in seqs:
                 rows.append(bench_case(seq, dim, causal, args.repeats, impls))
+                save()
                 print(
                     f"  hd{dim} S{seq} {'causal' if causal else 'full'}: done ({time.perf_counter() - started:.0f} s)",
                     flush=True,
                 )
     _print_table(rows)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "attention_bench.json"
-    path.write_text(
-        json.dumps(
-            {"environment": env, "cases": rows, "wall_s": round(time.perf_counter() - started, 1)},
-            indent=1,
-        )
-    )
     print(f"wrote {path} ({time.perf_counter() - started:.0f} s)")
 
 

@@ -19,7 +19,13 @@ def dense(heads: int, kv_heads: int, seq: int, dim: int, causal: bool) -> None:
     capability = torch.cuda.get_device_capability()
     # every forward candidate: both the tensor-descriptor (TMA) and the pointer load paths
     for tiles in candidates("forward", dim, capability):
-        out, lse, _ = launch.forward(q, k, v, causal=causal, scale=None, layout="bhsd", tiles=tiles)
+        try:
+            out, lse, _ = launch.forward(
+                q, k, v, causal=causal, scale=None, layout="bhsd", tiles=tiles
+            )
+        except Exception as error:  # as the launcher does: a candidate that cannot compile
+            print(f"skipped (does not compile here): hd{dim} {tiles.describe()}: {error!r:.200}")
+            continue
     dq, dk, dv = ops.attention_backward(
         torch.randn_like(out), q, k, v, out, lse, causal=causal, layout="bhsd"
     )

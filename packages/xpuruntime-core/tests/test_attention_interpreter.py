@@ -179,7 +179,7 @@ def test_variable_length_batch_matches_each_sequence() -> None:
 @pytest.mark.parametrize(
     "tiles",
     [
-        TileConfig(128, 128, 8, 2, tma=True),  # Hopper's head-size-128 forward
+        TileConfig(128, 128, 8, 2, tma=True),  # TMA loads, 128x128 tiles
         TileConfig(128, 64, 4, 3),  # pointer loads, the Ampere forward
         TileConfig(64, 32, 4, 2, tma=True, warp_specialize=True),
     ],
