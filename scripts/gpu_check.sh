@@ -9,7 +9,9 @@
 #
 # Phases: setup (install what is carried), build (the CUDA core into /tmp/site), and every
 # scripts/gpu_phases/NAME.sh (each gets the log folder as $1). A later call on the same warm
-# machine may skip setup and build: /tmp/site stays.
+# machine may skip setup and build: /tmp/site stays. Phase selections: CORE_TESTS and
+# TORCH_TESTS (pytest arguments), SANITIZE_PARTS (gemm norms attention), GRID_ARGS,
+# EPILOGUE_ARGS, ATTENTION_ARGS, SDPA_ARGS (benchmark flags), PHASE_LIMIT_S (seconds each).
 #
 # Carried inputs (all optional, git-ignored): .device/wheels/*.whl (cp312 wheels of small
 # packages the machine lacks and the pure-Python members built here), .device/models/
