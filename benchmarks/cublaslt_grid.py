@@ -1,17 +1,20 @@
 """cuBLASLt through xpuruntime.ops.matmul against torch.matmul over the issue-12 grid (GPU).
 
-    python benchmarks/cublaslt_grid.py [--quick] [--json PATH]
+    python benchmarks/cublaslt_grid.py [--quick] [--json PATH] [--kernels B,M,K,N,LAYOUT,DTYPE]
 
 Grid: square 512..8192 and LLM GEMMs with M in {1, 16, 128, 1024, 4096, 16384} and (N, K)
 in {(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)}; every point in all four
 transpose combinations (NN, NT, TN, TT: T = the operand is a transposed view) for bf16, fp16
 and fp32 with TF32 (torch with allow_tf32, xpuruntime with precision="tf32"), plus batched
 (3-D) points. Each point: the xpuruntime call once (the cuBLASLt plan is tuned on first use,
-outside the timing), then torch and xpuruntime alternated in CUDA-event-timed batches, median
-of rounds. Ratio = torch_ms / xpuruntime_ms (>= 0.98 is the target at every point). Prints
-the worst points and the geometric mean per dtype, writes every point (with the chosen
-algorithm) to JSON. ``--quick`` runs a subset (square 1024/4096, M in {16, 4096}, bf16 and
-fp32-TF32, NN and TN) in well under a minute.
+outside the timing), three warm-up calls of each, then torch and xpuruntime alternated in
+seven CUDA-event-timed batches, the best batch of each. Ratio = torch_ms / xpuruntime_ms
+(>= 0.98 is the target at every point). Prints the worst points and the geometric mean per
+dtype, writes every point (with the chosen algorithm) to JSON. ``--quick`` runs a subset
+(square 1024/4096, M in {16, 4096}, bf16 and fp32-TF32, NN and TN) in well under a minute.
+``--kernels B,M,K,N,LAYOUT,DTYPE`` (repeatable)
+lists instead the CUDA kernels each side launches at those points, with their mean times
+(PyTorch's profiler): what a ratio is made of.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -72,15 +74,17 @@ def _point(torch: Any, ops: Any, policy: Any, point: tuple[int, int, int, int], 
     peer = lambda: torch.matmul(a, b)  # noqa: E731
     ours()  # tunes the plan
     decision = ops.last_decision()
-    peer()
+    for _ in range(3):  # both sides warm: allocator blocks, cuBLAS handles, clocks
+        peer()
+        ours()
     torch.cuda.synchronize()
     once = _timed(torch, peer, 1)
     reps = max(3, min(200, int(2.0 / max(once, 1e-3))))  # about 2 ms of GPU time per batch
     t_ours, t_peer = [], []
-    for _ in range(5):
+    for _ in range(7):  # interleaved; the best batch of each (interference only adds time)
         t_peer.append(_timed(torch, peer, reps))
         t_ours.append(_timed(torch, ours, reps))
-    ms_ours, ms_peer = statistics.median(t_ours), statistics.median(t_peer)
+    ms_ours, ms_peer = min(t_ours), min(t_peer)
     ref = peer().float()
     err = (ours().float() - ref).abs().max().item() / max(ref.abs().max().item(), 1e-6)
     return {
@@ -91,10 +95,57 @@ def _point(torch: Any, ops: Any, policy: Any, point: tuple[int, int, int, int], 
     }  # fmt: skip
 
 
+def _kernels(torch: Any, point: tuple[int, int, int, int], layout: str, dtype_name: str,
+             ops: Any, policy: Any) -> None:  # fmt: skip
+    """Print the CUDA kernels each side launches for one point, with their mean time (PyTorch's
+    profiler over 20 calls): what a ratio is made of, copies included."""
+    from torch.profiler import ProfilerActivity, profile
+
+    batch, m, k, n = point
+    dtype = torch.float32 if dtype_name == "tf32" else getattr(torch, dtype_name)
+    precision = "tf32" if dtype_name == "tf32" else None
+    a = _operand(torch, batch, m, k, layout[0] == "T", dtype)
+    b = _operand(torch, batch, k, n, layout[1] == "T", dtype)
+    sides = {
+        "xpuruntime": lambda: ops.matmul(a, b, policy=policy, precision=precision),
+        "torch": lambda: torch.matmul(a, b),
+    }
+    print(f"\nkernels at {dtype_name} B{batch} M{m} K{k} N{n} {layout} (a strides {a.stride()},"
+          f" b strides {b.stride()}):")  # fmt: skip
+    for name, fn in sides.items():
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(20):
+                fn()
+            torch.cuda.synchronize()
+        for event in prof.key_averages():
+            if event.device_type.name == "CUDA" and event.count:
+                average = event.device_time_total / event.count
+                print(f"  {name:10} x{event.count:<3} {average:8.1f} us  {event.key[:110]}")
+        print(f"  {name:10} host+device per call: {_timed(torch, fn, 50) * 1000:.1f} us")
+
+
+def _parse_point(text: str) -> tuple[tuple[int, int, int, int], str, str]:
+    """``B,M,K,N,LAYOUT,DTYPE`` (B = 0 for a 2-D GEMM)."""
+    *sizes, layout, dtype_name = text.split(",")
+    batch, m, k, n = (int(x) for x in sizes)
+    return (batch, m, k, n), layout, dtype_name
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", type=Path, default=Path("cublaslt_grid.json"))
+    parser.add_argument(
+        "--kernels",
+        action="append",
+        default=[],
+        metavar="B,M,K,N,LAYOUT,DTYPE",
+        help="only list the kernels each side launches at this point (repeatable), e.g. "
+        "0,16,4096,14336,TT,bfloat16",
+    )
     args = parser.parse_args()
     import torch
 
@@ -107,6 +158,11 @@ def main() -> int:
         return 2
     torch.backends.cuda.matmul.allow_tf32 = True  # the peer of precision="tf32"
     policy = KernelPolicy(matmul="cublasLt")
+    if args.kernels:
+        for text in args.kernels:
+            point, layout, dtype_name = _parse_point(text)
+            _kernels(torch, point, layout, dtype_name, ops, policy)
+        return 0
     dtypes = ["bfloat16", "tf32"] if args.quick else DTYPES
     layouts = ["NN", "TN"] if args.quick else LAYOUTS
     rows = []
