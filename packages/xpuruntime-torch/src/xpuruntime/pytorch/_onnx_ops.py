@@ -19,6 +19,10 @@ from onnxscript.onnx_opset import opset18 as op
 
 __all__ = ["onnx_translations"]
 
+# onnxscript's opset stubs give Constant's result every tensor type, which ConstantOfShape
+# (INT64 only) and CastLike's type variables then reject; the graph itself is well typed.
+_op: Any = op
+
 
 def fused_attention(
     query: TFloat,
@@ -38,8 +42,8 @@ def fused_attention(
     result: TFloat = aten_scaled_dot_product_attention(
         query, key, value, attn_mask, 0.0, is_causal, scale
     )
-    empty = op.CastLike(op.ConstantOfShape(op.Constant(value_ints=[0])), query)
-    return result, empty, op.Identity(empty), op.Identity(empty)
+    empty = _op.CastLike(_op.ConstantOfShape(_op.Constant(value_ints=[0])), query)
+    return result, empty, _op.Identity(empty), _op.Identity(empty)
 
 
 def fused_layernorm(
