@@ -7,8 +7,9 @@ are (no copies). Outputs are allocated contiguous in the inputs' layout.
 Tile choice: the first candidate of :mod:`.tiles` that compiles is used (a candidate that does
 not fit this GPU's registers or shared memory is skipped, and the decision detail says so).
 With tuning on (``XPURUNTIME_ATTENTION_TUNE=1`` or :func:`set_tuning`), every candidate is
-timed once per (pass, GPU, head size, causal, dtype, varlen) and the fastest kept; tuning
-never runs during CUDA-graph capture. Compiled kernels land in Triton's content-addressed
+timed once per (pass, GPU, head size, causal, dtype, varlen, sequence-length bucket: the
+next power of two of the longer sequence) and the fastest kept, since the best tiles differ
+between short and long sequences; tuning never runs during CUDA-graph capture. Compiled kernels land in Triton's content-addressed
 cache (``TRITON_CACHE_DIR``, default ``~/.triton/cache``): a process-wide Triton setting that
 xpuruntime leaves to the user, since moving it would move every other Triton user's cache.
 """
@@ -189,6 +190,11 @@ def _time_ms(launch: Callable[[], None]) -> float:
     return float(times)
 
 
+def _length_bucket(seqlen_q: int, seqlen_k: int) -> int:
+    """The tuning key's sequence-length bucket: the next power of two of the longer one."""
+    return 1 << (max(seqlen_q, seqlen_k, 1) - 1).bit_length()
+
+
 def _run_tiled(
     key: tuple[Any, ...],
     options: tuple[TileConfig, ...],
@@ -356,6 +362,7 @@ def forward(
                 q.dtype,
                 varlen is not None,
                 tma_ok,
+                _length_bucket(g.seqlen_q, g.seqlen_k),
             )
             detail = _run_tiled(key, _candidates("forward", g.head_dim, q.device), launch, q.device)
     if not tma_ok and "tma" in detail:
@@ -436,7 +443,14 @@ def backward(
             launch_dq(tiles[1])
             detail = f"dkdv {tiles[0].describe()}, dq {tiles[1].describe()} (given)"
         else:
-            case = (_capability(q.device), g.head_dim, causal, q.dtype, is_varlen)
+            case = (
+                _capability(q.device),
+                g.head_dim,
+                causal,
+                q.dtype,
+                is_varlen,
+                _length_bucket(g.seqlen_q, g.seqlen_k),
+            )
             dkdv = _run_tiled(
                 ("dkdv", *case), _candidates("dkdv", g.head_dim, q.device), launch_dkdv, q.device
             )
