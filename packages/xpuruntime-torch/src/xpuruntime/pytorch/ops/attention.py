@@ -90,6 +90,16 @@ def _refusal(kernel: str, mode: str, query: Tensor, key: Tensor, value: Tensor,
     )
 
 
+def _served_by(kernel: str, mode: str, query: Tensor, key: Tensor, value: Tensor,
+               attn_mask: Tensor | None, dropout_p: float, is_causal: bool,
+               scale: float | None, needs_grad: bool) -> str:  # fmt: skip
+    """What :func:`_resolve` chose for this call, without recording anything: the fakes and
+    the backward op ask it."""
+    refused = _refusal(kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale,
+                       needs_grad)  # fmt: skip
+    return kernel if refused is None else _FALLBACK
+
+
 def _resolve(kernel: str, mode: str, query: Tensor, key: Tensor, value: Tensor,
              attn_mask: Tensor | None, dropout_p: float, is_causal: bool, scale: float | None,
              needs_grad: bool) -> str:  # fmt: skip
@@ -118,9 +128,10 @@ def _resolve(kernel: str, mode: str, query: Tensor, key: Tensor, value: Tensor,
     return _FALLBACK
 
 
-def _no_saved(query: Tensor) -> sdpa_entries.Saved:
-    # Distinct tensors: a custom op's outputs may not alias one another.
-    return query.new_empty(0), query.new_empty(0), query.new_empty(0), query.new_empty(0)
+def _nothing_kept(query: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The op's (log-sum-exp, seed, offset) when the kernel keeps none: distinct empty
+    tensors, since a custom op's outputs may not alias one another."""
+    return query.new_empty(0), query.new_empty(0), query.new_empty(0)
 
 
 def _forward(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None,
@@ -139,7 +150,7 @@ def _forward(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None
         run = _sdpa_any if kernel == _FALLBACK else _sdpa
         out = run(query, key, value, attn_mask, dropout_p, is_causal, scale)
     # One layout (the fake's) whatever PyTorch chose.
-    return (out.contiguous(), *_no_saved(query)[1:])
+    return (out.contiguous(), *_nothing_kept(query))
 
 
 def _backward_of(grad: Tensor, query: Tensor, key: Tensor, value: Tensor,
@@ -184,16 +195,14 @@ def _fused_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tenso
 def _fused_attention_fake(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None,
                           dropout_p: float, is_causal: bool, scale: float | None, kernel: str,
                           mode: str, need_lse: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
-    chosen = kernel
-    if _refusal(kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale,
-                need_lse) is not None:  # fmt: skip
-        chosen = _FALLBACK
+    chosen = _served_by(kernel, mode, query, key, value, attn_mask, dropout_p, is_causal,
+                        scale, need_lse)  # fmt: skip
     if chosen in sdpa_entries.ENTRY_KERNELS:  # the entry points' own meta kernels
         return sdpa_entries.forward(
             chosen, query, key, value, attn_mask, dropout_p, is_causal, scale, need_lse
         )
     out = query.new_empty((*query.shape[:-1], value.shape[-1]))
-    return (out, *_no_saved(query)[1:])
+    return (out, *_nothing_kept(query))
 
 
 def _fused_attention_backward(grad: Tensor, query: Tensor, key: Tensor, value: Tensor,
@@ -201,10 +210,9 @@ def _fused_attention_backward(grad: Tensor, query: Tensor, key: Tensor, value: T
                               attn_mask: Tensor | None, dropout_p: float, is_causal: bool,
                               scale: float | None, kernel: str,
                               mode: str) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
-    chosen = kernel
-    if _refusal(kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale,
-                True) is not None:  # fmt: skip
-        chosen = _FALLBACK  # the forward fell back (and recorded it): recompute that
+    # The forward's choice (a fallback was recorded there): the same answer, asked again.
+    chosen = _served_by(kernel, mode, query, key, value, attn_mask, dropout_p, is_causal,
+                        scale, True)  # fmt: skip
     return _backward_of(grad, query, key, value, (out, lse, seed, offset), attn_mask,
                         dropout_p, is_causal, scale, chosen)  # fmt: skip
 
@@ -214,10 +222,8 @@ def _fused_attention_backward_fake(grad: Tensor, query: Tensor, key: Tensor, val
                                    attn_mask: Tensor | None, dropout_p: float,
                                    is_causal: bool, scale: float | None, kernel: str,
                                    mode: str) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
-    chosen = kernel
-    if _refusal(kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale,
-                True) is not None:  # fmt: skip
-        chosen = _FALLBACK
+    chosen = _served_by(kernel, mode, query, key, value, attn_mask, dropout_p, is_causal,
+                        scale, True)  # fmt: skip
     if chosen in sdpa_entries.ENTRY_KERNELS:
         return sdpa_entries.backward(chosen, grad, query, key, value, (out, lse, seed, offset),
                                      attn_mask, dropout_p, is_causal, scale)  # fmt: skip
