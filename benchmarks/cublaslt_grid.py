@@ -127,11 +127,27 @@ def _kernels(torch: Any, point: tuple[int, int, int, int], layout: str, dtype_na
         print(f"  {name:10} host+device per call: {_timed(torch, fn, 50) * 1000:.1f} us")
 
 
-def _parse_point(text: str) -> tuple[tuple[int, int, int, int], str, str]:
-    """``B,M,K,N,LAYOUT,DTYPE`` (B = 0 for a 2-D GEMM)."""
-    *sizes, layout, dtype_name = text.split(",")
-    batch, m, k, n = (int(x) for x in sizes)
-    return (batch, m, k, n), layout, dtype_name
+Point = tuple[tuple[int, int, int, int], str, str]
+
+
+def _parse_point(text: str) -> Point:
+    """``B,M,K,N,LAYOUT,DTYPE`` (B = 0 for a 2-D GEMM), as argparse's ``type``: a malformed
+    point is a usage error that says what a point looks like."""
+    fields = text.split(",")
+    usage = (
+        f"{text!r} is not B,M,K,N,LAYOUT,DTYPE (for example 0,16,4096,14336,TT,bfloat16): "
+        f"B a non-negative integer (0 for a 2-D GEMM), M, K, N positive integers, LAYOUT one of "
+        f"{', '.join(LAYOUTS)}, DTYPE one of {', '.join(DTYPES)}"
+    )
+    if len(fields) != 6 or fields[4] not in LAYOUTS or fields[5] not in DTYPES:
+        raise argparse.ArgumentTypeError(usage)
+    try:
+        batch, m, k, n = (int(x) for x in fields[:4])
+    except ValueError:
+        raise argparse.ArgumentTypeError(usage) from None
+    if min(batch, m, k, n) < 0 or min(m, k, n) == 0:
+        raise argparse.ArgumentTypeError(usage)
+    return (batch, m, k, n), fields[4], fields[5]
 
 
 def main() -> int:
@@ -142,6 +158,7 @@ def main() -> int:
         "--kernels",
         action="append",
         default=[],
+        type=_parse_point,
         metavar="B,M,K,N,LAYOUT,DTYPE",
         help="only list the kernels each side launches at this point (repeatable), e.g. "
         "0,16,4096,14336,TT,bfloat16",
@@ -159,8 +176,7 @@ def main() -> int:
     torch.backends.cuda.matmul.allow_tf32 = True  # the peer of precision="tf32"
     policy = KernelPolicy(matmul="cublasLt")
     if args.kernels:
-        for text in args.kernels:
-            point, layout, dtype_name = _parse_point(text)
+        for point, layout, dtype_name in args.kernels:
             _kernels(torch, point, layout, dtype_name, ops, policy)
         return 0
     dtypes = ["bfloat16", "tf32"] if args.quick else DTYPES
