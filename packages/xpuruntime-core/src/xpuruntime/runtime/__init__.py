@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from xpuruntime.runtime import memory, profiler
+    from xpuruntime.runtime.decisions import Decisions
     from xpuruntime.runtime.device import (
         Device,
         cuda_available,
@@ -54,6 +55,7 @@ _LAZY: dict[str, str] = {
     "empty": "tensor",
     "from_dlpack": "tensor",
     "Decision": "dispatch",
+    "Decisions": "decisions",
     "dispatcher": "dispatch",
     "engine_registry": "dispatch",
     "environment_fingerprint": "fingerprint",
@@ -73,6 +75,7 @@ __all__ = [
     "ABI_VERSION",
     "CudaError",
     "Decision",
+    "Decisions",
     "Device",
     "EngineNotInstalledError",
     "Event",
