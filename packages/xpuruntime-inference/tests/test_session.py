@@ -10,7 +10,7 @@ import pytest
 
 from xpuruntime.inference import InferenceSession
 from xpuruntime.policies import ExecutionPolicy, KernelPolicy
-from xpuruntime.policies.errors import PolicyError
+from xpuruntime.policies.errors import PolicyError, UnknownFieldError
 from xpuruntime.runtime.device import cuda_available
 from xpuruntime.runtime.errors import EngineNotInstalledError
 
@@ -141,13 +141,26 @@ def test_keyword_arguments_override_the_policy_and_say_so(mlp: Path) -> None:
 
 
 def test_engine_options_are_applied_and_recorded(mlp: Path) -> None:
-    sess = InferenceSession(mlp, device="cpu", **{"session.intra_op.allow_spinning": "0"})
+    options = {"onnxruntime": {"session.intra_op.allow_spinning": "0"}}
+    sess = InferenceSession(mlp, device="cpu", engine_options=options)
     names = {s.name: s for s in sess.record().settings}
     setting = names["engine_options.onnxruntime.session.intra_op.allow_spinning"]
     assert setting.honoured
     assert sess.policy.engine_options["onnxruntime"] == {"session.intra_op.allow_spinning": "0"}
     with pytest.raises(PolicyError, match="unknown onnxruntime engine option 'bogus'"):
-        InferenceSession(mlp, device="cpu", bogus=1)
+        InferenceSession(mlp, device="cpu", engine_options={"onnxruntime": {"bogus": 1}})
+
+
+def test_keywords_are_policy_settings(mlp: Path) -> None:
+    """Keywords other than the named parameters are ExecutionPolicy settings, recorded as
+    arguments; anything else is refused with the valid names (nothing is swallowed)."""
+    sess = InferenceSession(mlp, device="cpu", fallback="warn", num_threads=1)
+    assert (sess.policy.fallback, sess.policy.num_threads) == ("warn", 1)
+    assert sess.record().policy_sources["execution.fallback"] == "argument"
+    with pytest.raises(UnknownFieldError, match=r"'falback'.*Did you mean 'fallback'"):
+        InferenceSession(mlp, device="cpu", falback="warn")
+    with pytest.raises(PolicyError, match="disagree"):
+        InferenceSession(mlp, device="cpu", fp16=True, precision="int8")
 
 
 def test_input_shapes_fix_symbolic_dimensions(mlp: Path) -> None:

@@ -74,7 +74,7 @@ class SessionPool:
         kernel_policy: KernelPolicy | None = None,
         fp16: bool = False,
         sessions_per_device: int = 1,
-        **engine_options: Any,
+        **settings: Any,
     ) -> None:
         policy = exec_policy if exec_policy is not None else ExecutionPolicy()
         if isinstance(devices, str):
@@ -108,7 +108,7 @@ class SessionPool:
                     exec_policy=policy.replace(device="auto"),
                     kernel_policy=kernel_policy,
                     fp16=fp16,
-                    **engine_options,
+                    **settings,
                 )
             )
             for _ in range(sessions_per_device)

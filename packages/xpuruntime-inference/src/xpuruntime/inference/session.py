@@ -26,7 +26,8 @@ from xpuruntime.inference.model_source import open_model
 from xpuruntime.inference.selection import availability_of, choose_engine, supports
 from xpuruntime.inference.validation import FeedValidator, describe_tensor
 from xpuruntime.policies import ExecutionPolicy, LayeredPolicy, PolicyDocument, layered_policy
-from xpuruntime.policies.errors import PolicyError, XpuRuntimeError
+from xpuruntime.policies._suggest import choices_hint
+from xpuruntime.policies.errors import PolicyError, UnknownFieldError, XpuRuntimeError
 from xpuruntime.policies.layering import ARGUMENT_LAYER, merge
 from xpuruntime.runtime.record import Choice, ExecutionRecord, RunRecord
 
@@ -48,14 +49,48 @@ PolicySource = ExecutionPolicy | PolicyDocument | LayeredPolicy | str | os.PathL
 RUN_HISTORY = 1000
 
 
+#: ExecutionPolicy settings ``InferenceSession`` takes as keywords (``fallback="warn"``);
+#: device and kernel_policy are named parameters of their own.
+SETTING_KEYWORDS: frozenset[str] = frozenset(ExecutionPolicy.__struct_fields__) - {
+    "device",
+    "kernel_policy",
+}
+
+
+def _settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword settings as the execution section of the arguments layer; anything that is
+    not an ExecutionPolicy setting is refused (engine options go in ``engine_options``)."""
+    unknown = sorted(set(settings) - SETTING_KEYWORDS)
+    if unknown:
+        raise UnknownFieldError(
+            f"InferenceSession() got unknown keyword argument(s) {', '.join(map(repr, unknown))}:"
+            f" keywords are ExecutionPolicy settings. {choices_hint(unknown[0], SETTING_KEYWORDS)}"
+            f" Engine options go in engine_options={{'<engine>': {{...}}}}, for example "
+            f"engine_options={{'onnxruntime': {{{unknown[0]!r}: ...}}}}",
+            location=f"execution.{unknown[0]}",
+            source=ARGUMENT_LAYER,
+        )
+    # Policy objects given as values (MemoryPolicy ...) become the document's plain values.
+    return {name: msgspec.to_builtins(value) for name, value in settings.items()}
+
+
 def _arguments(
-    *, device: str, fp16: bool, kernel_policy: KernelPolicy | None, extra: Mapping[str, Any] | None
+    *,
+    device: str,
+    fp16: bool,
+    kernel_policy: KernelPolicy | None,
+    settings: Mapping[str, Any],
+    extra: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """The keyword shortcuts as the arguments layer (a partial policy document)."""
-    execution: dict[str, Any] = {}
+    """The keyword shortcuts and settings as the arguments layer (a partial policy document)."""
+    execution: dict[str, Any] = _settings(settings)
     if device != "auto":
         execution["device"] = device
     if fp16:
+        if execution.get("precision", "fp16") != "fp16":
+            raise PolicyError(
+                f"fp16=True and precision={execution['precision']!r} disagree; pass one"
+            )
         execution["precision"] = "fp16"
     arguments: dict[str, Any] = {"execution": execution} if execution else {}
     if kernel_policy is not None:
@@ -92,14 +127,15 @@ class InferenceSession:
     ``engine``/``backend``: an engine name or alias ("onnxruntime"/"onnxrt", "tensorrt",
     "openvino", "qnn") or "auto" (the first of ``ExecutionPolicy.engines`` that runs on the
     device). ``device``: "auto", "cpu", "cuda", "cuda:N", "npu". ``fp16=True`` is
-    ``ExecutionPolicy(precision="fp16")``. Extra keyword arguments are engine options,
-    recorded under ``ExecutionPolicy.engine_options[<engine>]``.
+    ``ExecutionPolicy(precision="fp16")``. Other keyword arguments are ExecutionPolicy
+    settings (``fallback="warn"``, ``num_threads=4``, ``engine_options={"onnxruntime":
+    {...}}``); a keyword that is not one is an UnknownFieldError naming the valid ones.
 
     The policy comes in layers, later ones winning per setting: the defaults;
     ``exec_policy`` (an ExecutionPolicy, a PolicyDocument or a policy file path; None reads
     ``$XPURUNTIME_POLICY_FILE``); the ``XPURUNTIME_POLICY_*`` environment variables (an unknown
     one is a PolicyError); then the explicit arguments: ``device``, ``fp16``,
-    ``kernel_policy``, engine options and ``policy_arguments`` (a partial policy document,
+    ``kernel_policy``, keyword settings and ``policy_arguments`` (a partial policy document,
     ``{"execution": {"fallback": "error"}}``: what a command line's flags become). The record
     says which layer set each setting (``ExecutionRecord.policy_sources``).
     """
@@ -115,7 +151,7 @@ class InferenceSession:
         backend: str | None = None,
         *,
         policy_arguments: Mapping[str, Any] | None = None,
-        **engine_options: Any,
+        **settings: Any,
     ) -> None:
         if backend is not None:
             if engine not in ("auto", backend):
@@ -134,7 +170,11 @@ class InferenceSession:
             exec_policy = bundle.policy(exec_policy)
             model = bundle.model
         arguments = _arguments(
-            device=device, fp16=fp16, kernel_policy=kernel_policy, extra=policy_arguments
+            device=device,
+            fp16=fp16,
+            kernel_policy=kernel_policy,
+            settings=settings,
+            extra=policy_arguments,
         )
         policy, sources = _layered(exec_policy, arguments)
         self._model_source = source = open_model(model)
@@ -152,10 +192,6 @@ class InferenceSession:
                 )
                 spec = CPU
                 chosen = choose_engine(engine, spec, policy.engines)
-        if engine_options:
-            # Keyword engine options belong to the engine just chosen: one more argument.
-            options = {"execution": {"engine_options": {chosen.engine.name: engine_options}}}
-            policy, sources = _layered(exec_policy, merge(arguments, options))
         from xpuruntime.runtime import profiler
         from xpuruntime.runtime.fingerprint import environment_fingerprint, fingerprint_hash
 
