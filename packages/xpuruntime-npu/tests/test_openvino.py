@@ -19,7 +19,7 @@ from xpuruntime.inference.errors import DeviceNotFoundError
 from xpuruntime.npu.engines.openvino import OpenVINOEngine
 from xpuruntime.npu.errors import QuantizedModelRequiredError, StaticShapeRequiredError
 from xpuruntime.policies.errors import PolicyError
-from xpuruntime.runtime.errors import FallbackError
+from xpuruntime.runtime.errors import FallbackError, UnsupportedOperationError
 from xpuruntime.runtime.record import ExecutionRecord, FallbackWarning
 
 FP32_REL = 1e-5
@@ -124,13 +124,27 @@ def _compiled_hint(session) -> str:
     return {"f32": "fp32", "f16": "fp16", "bf16": "bf16"}[hint]
 
 
+@pytest.mark.parametrize("absent", [False, True], ids=["reported", "forced-absent"])
 @pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])
 def test_precision_follows_the_cpu_capabilities(
-    mlp, record, feeds_for, ort_reference, close, precision
+    mlp, record, feeds_for, ort_reference, close, monkeypatch, precision, absent
 ):
     """On any x86 CPU: a precision the plugin lists runs as asked; another one runs as the
-    rule's first listed substitute, which the compiled model reports and the record states."""
+    rule's first listed substitute, which the compiled model reports and the record states.
+    "forced-absent" hides the precision from the plugin's capability report, so that the
+    substitution branch runs on a CPU that has it too (AMX, AVX512-FP16)."""
     caps = _cpu_capabilities()
+    if absent:
+        from xpuruntime.npu import openvino_backend
+
+        real = openvino_backend.capabilities
+        hidden = CAPABILITY.get(precision)
+        monkeypatch.setattr(
+            openvino_backend,
+            "capabilities",
+            lambda device: tuple(c for c in real(device) if c != hidden),
+        )
+        caps = [c for c in caps if c != hidden]
     if CAPABILITY.get(precision) in caps:
         session = _session(mlp, record, precision=precision, fallback="error")
         assert record.precision.chosen == precision == _compiled_hint(session)
@@ -238,16 +252,45 @@ def test_int8_with_an_nncf_model(cnn, tmp_path, record, feeds_for, ort_reference
     assert any(n.precision in ("i8", "u8") for n in record.nodes)
 
 
-def test_int8_emulated_in_float_is_a_precision_fallback(mlp, tmp_path, record, feeds_for):
-    # OpenVINO's CPU plugin folds this MLP's FakeQuantize ops into an f32 subgraph: the
-    # quantized model runs, but not in int8, and the record must not claim int8.
+def _runs_integer_ops(quantized: Path) -> bool:
+    """Whether raw OpenVINO's CPU plugin runs any op of ``quantized`` in i8/u8 here: AVX2
+    CPUs do for this MLP, AVX-512 ones fold its FakeQuantize ops into an f32 subgraph."""
+    import openvino as ov
+
+    runtime = ov.Core().compile_model(str(quantized), "CPU").get_runtime_model()
+    return any(
+        str(op.get_rt_info()["runtimePrecision"].astype(str)) in ("i8", "u8")
+        for op in runtime.get_ordered_ops()
+        if "runtimePrecision" in op.get_rt_info()
+    )
+
+
+@pytest.mark.parametrize("forced", [None, "f32", "i8"])
+def test_int8_record_follows_the_runtime_graph(
+    mlp, tmp_path, record, feeds_for, monkeypatch, forced
+):
+    # int8 holds only where the runtime graph runs an op in i8/u8; where the plugin emulates
+    # the quantized model in float, the record must not claim int8. Which one happens
+    # depends on the CPU: the expectation comes from raw OpenVINO, and the plugin's report
+    # forced each way ("f32": every op, "i8": every op) runs the other branch on any CPU.
     pytest.importorskip("nncf", reason="nncf is not installed: pip install 'xpuruntime-npu[nncf]'")
+    from xpuruntime.npu.engines import openvino as engine
     from xpuruntime.npu.quantize import quantize_for_openvino
 
     calibration = [feeds_for(mlp, seed=s) for s in range(32)]
     quantized = quantize_for_openvino(mlp, calibration, tmp_path / "mlp.int8.xml")
+    integer = _runs_integer_ops(quantized) if forced is None else forced == "i8"
+    if forced is not None:
+        monkeypatch.setattr(engine, "runtime_precision", lambda rt_info: forced)
+    policy = {"precision": "int8", "quantized_model": str(quantized), "fallback": "error"}
+    if integer:
+        _session(mlp, record, **policy)
+        assert record.precision.chosen == "int8"
+        assert "run in i8/u8" in record.precision.reason
+        assert record.fallbacks == []
+        return
     with pytest.raises(FallbackError, match="no op runs in i8/u8"):
-        _session(mlp, record, precision="int8", quantized_model=str(quantized), fallback="error")
+        _session(mlp, record, **policy)
 
 
 def test_concurrent_runs_do_not_mix_buffers(mlp, record, feeds_for, ort_reference, close):
@@ -259,3 +302,85 @@ def test_concurrent_runs_do_not_mix_buffers(mlp, record, feeds_for, ort_referenc
         outputs = list(pool.map(session.run, feeds))
     for got, given in zip(outputs, feeds, strict=True):
         close(got, ort_reference(mlp, given), rel=FP32_REL)
+
+
+def _save_graph(graph, path: Path, opsets=(("", 17),)) -> Path:
+    import onnx
+    from onnx import helper
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def test_string_tensors_are_refused_naming_them(tmp_path, record):
+    # Raw OpenVINO 2026.4 compiles this model and aborts the process when it runs.
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["text"], ["same"])],
+        "strings",
+        [helper.make_tensor_value_info("text", TensorProto.STRING, [2])],
+        [helper.make_tensor_value_info("same", TensorProto.STRING, [2])],
+    )
+    model = _save_graph(graph, tmp_path / "strings.onnx")
+    with pytest.raises(UnsupportedOperationError, match=r"\['text', 'same'\] are string tensors"):
+        _session(model, record)
+
+
+def test_an_operation_without_conversion_is_named(tmp_path, record):
+    from onnx import TensorProto, helper
+
+    tree = helper.make_node(
+        "TreeEnsembleRegressor", ["x"], ["y"], domain="ai.onnx.ml", n_targets=1,
+        nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0],
+        nodes_values=[0.5, 0.0, 0.0], nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"],
+        nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0], target_treeids=[0, 0],
+        target_nodeids=[1, 2], target_ids=[0, 0], target_weights=[1.0, 2.0],
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [tree],
+        "trees",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 1])],
+    )
+    model = _save_graph(graph, tmp_path / "trees.onnx", (("", 17), ("ai.onnx.ml", 3)))
+    with pytest.raises(UnsupportedOperationError, match=r"TreeEnsembleRegressor.*onnxruntime"):
+        _session(model, record)
+
+
+def test_a_failed_run_leaves_every_shape_usable(cnn, tmp_path, record, ort_reference, close):
+    # Batch 0 fails inside the CPU plugin's MaxPool; the runs before and after must not care.
+    import onnx
+
+    model = onnx.load(str(cnn))
+    for value in (model.graph.input[0], model.graph.output[0]):
+        value.type.tensor_type.shape.dim[0].dim_param = "batch"
+    dynamic = tmp_path / "cnn_dynamic.onnx"
+    onnx.save(model, str(dynamic))
+    session = _session(dynamic, record)
+    rng = np.random.default_rng(5)
+    feeds = {b: {"x": rng.standard_normal((b, 3, 16, 16)).astype(np.float32)} for b in (1, 2, 3)}
+    close(session.run(feeds[2]), ort_reference(dynamic, feeds[2]), rel=FP32_REL)
+    with pytest.raises(RuntimeError):
+        session.run({"x": np.zeros((0, 3, 16, 16), np.float32)})
+    for batch in (1, 2, 3):
+        close(session.run(feeds[batch]), ort_reference(dynamic, feeds[batch]), rel=FP32_REL)
+
+
+def test_settings_openvino_has_no_switch_for_are_recorded_not_honoured(mlp, record):
+    _session(mlp, record, graph_optimization="basic", memory={"limit_bytes": 1 << 30})
+    settings = {s.name: s for s in record.settings}
+    for name in ("graph_optimization", "memory.pool", "memory.limit_bytes"):
+        assert not settings[name].honoured, name
+        assert settings[name].note, name
+    honoured = ExecutionRecord(kind="inference")
+    _session(mlp, honoured)
+    assert next(s for s in honoured.settings if s.name == "graph_optimization").honoured
+
+
+def test_num_threads_beyond_openvino_s_range_is_a_policy_error(mlp, record):
+    with pytest.raises(PolicyError, match="1 to 2147483647"):
+        _session(mlp, record, num_threads=2**31)

@@ -7,28 +7,30 @@ model, and goes into the record as honoured or not; the devices that actually ex
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-
-from xpuruntime.inference.cache import CacheKey, CacheLookup, ContentCache, file_digest
+from xpuruntime.inference.cache import CacheKey, CacheLookup, file_digest, open_entry
 from xpuruntime.inference.placement import PlacedNode, classify, record_placement
+from xpuruntime.inference.precision import apply_precision
 from xpuruntime.npu import openvino_backend
 from xpuruntime.npu.engines.claim import claim_session
+from xpuruntime.npu.engines.contract import inspect_onnx
+from xpuruntime.npu.engines.openvino_session import OpenVINOSession, tensor_infos
 from xpuruntime.npu.openvino_devices import OpenVINOTarget, resolve_target, xrt_name
 from xpuruntime.npu.openvino_lock import compile_model
+from xpuruntime.npu.openvino_model import onnx_io, port_names, refusal, refuse_strings
 from xpuruntime.npu.options import engine_options
 from xpuruntime.npu.quantized import require_quantized_model
 from xpuruntime.npu.shapes import fixed_input_shapes
-from xpuruntime.runtime.engines import Availability, Engine, EngineSession, TensorInfo
+from xpuruntime.policies.errors import PolicyError
+from xpuruntime.runtime.decisions import Decisions
+from xpuruntime.runtime.engines import Availability, Engine, EngineSession
 from xpuruntime.runtime.record import Choice, SettingRecord
 
 if TYPE_CHECKING:
-    import openvino
-
+    from xpuruntime.inference.model_info import ModelInfo
     from xpuruntime.policies import ExecutionPolicy, KernelPolicy
     from xpuruntime.runtime.record import ExecutionRecord
 
@@ -53,22 +55,8 @@ PRECISION_SUBSTITUTES: dict[str, tuple[str, ...]] = {
 _OPTION_KEYS = ("num_streams",)
 _SKIPPED_LAYERS = {"Input", "Output", "Const"}
 _INT8_PRECISIONS = {"i8", "u8"}
-
-
-def _dims(shape: Any) -> tuple[int | str | None, ...]:
-    """An OpenVINO PartialShape as TensorInfo dims (dynamic -> None)."""
-    return tuple(d.get_length() if d.is_static else None for d in shape)
-
-
-def _tensor_infos(ports: Sequence[Any]) -> list[TensorInfo]:
-    return [
-        TensorInfo(
-            p.get_any_name(),
-            np.dtype(p.get_element_type().to_dtype()).name,
-            _dims(p.get_partial_shape()),
-        )
-        for p in ports
-    ]
+#: INFERENCE_NUM_THREADS is an int32 property (OpenVINO caps it at the cores itself).
+_MAX_THREADS = 2**31 - 1
 
 
 def _device_default_precision(device: str) -> str:
@@ -83,6 +71,12 @@ def _precision_of(hint: Any) -> str:
     return _HINT_TO_PRECISION.get(name, name)
 
 
+def runtime_precision(rt_info: Any) -> str | None:
+    """The element type a runtime-graph op executes in (its ``runtimePrecision`` runtime
+    info: ``f32``, ``i8`` ...), as the plugin reports it; None when it reports none."""
+    return str(rt_info["runtimePrecision"].astype(str)) if "runtimePrecision" in rt_info else None
+
+
 def substitute_precision(precision: str, capabilities: Sequence[str]) -> str | None:
     """The precision :data:`PRECISION_SUBSTITUTES` picks for a device with ``capabilities``
     that cannot run ``precision``; None when it lists none of them (the device default runs)."""
@@ -90,41 +84,6 @@ def substitute_precision(precision: str, capabilities: Sequence[str]) -> str | N
         if _PRECISION_HINTS[candidate][0] in capabilities:
             return candidate
     return None
-
-
-class OpenVINOSession(EngineSession):
-    """A compiled OpenVINO model with one infer request."""
-
-    def __init__(self, compiled: openvino.CompiledModel) -> None:
-        self._compiled = compiled
-        self._request = compiled.create_infer_request()
-        # One infer request owns its input/output buffers: concurrent run() calls take turns.
-        self._lock = threading.Lock()
-        self._inputs = _tensor_infos(compiled.inputs)
-        self._outputs = _tensor_infos(compiled.outputs)
-
-    @property
-    def inputs(self) -> Sequence[TensorInfo]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> Sequence[TensorInfo]:
-        return self._outputs
-
-    @property
-    def execution_devices(self) -> list[str]:
-        """EXECUTION_DEVICES of the compiled model (AUTO may change it after startup)."""
-        return [str(d) for d in self._compiled.get_property("EXECUTION_DEVICES")]
-
-    def run(
-        self, feeds: Mapping[str, Any], output_names: Sequence[str] | None = None
-    ) -> dict[str, Any]:
-        arrays = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
-        with self._lock:
-            results = self._request.infer(arrays)  # outputs are copied out (share_outputs=False)
-            by_name = {port.get_any_name(): value for port, value in results.items()}
-        wanted = output_names if output_names is not None else [o.name for o in self._outputs]
-        return {name: by_name[name] for name in wanted}
 
 
 class _Compilation:
@@ -135,6 +94,9 @@ class _Compilation:
         self.core = openvino_backend.core()
         self.policy = policy
         self.record = record
+        self.decisions = Decisions(policy, record=record)
+        #: The ONNX model's own facts (None for an OpenVINO IR model).
+        self.info: ModelInfo | None = None
         self.options, self.raw = engine_options(
             policy,
             "openvino",
@@ -153,9 +115,26 @@ class _Compilation:
     ) -> None:
         self.record.settings.append(SettingRecord(name, requested, applied, honoured, note))
 
+    @property
+    def runs_stored_int8(self) -> bool:
+        """A quantized ONNX model asked to run in a float precision runs its stored int8, as
+        ONNX Runtime's engine records it (the same rule, inference.precision)."""
+        return (
+            self.info is not None
+            and self.info.precision == "int8"
+            and self.policy.precision != "int8"
+        )
+
     def precision_properties(self, target: OpenVINOTarget) -> dict[str, Any]:
         """INFERENCE_PRECISION_HINT per device kind that can run the requested precision."""
         precision = self.policy.precision
+        if self.runs_stored_int8:
+            assert self.info is not None
+            chosen = apply_precision(
+                self.policy, self.info, engine="openvino", record=self.record, supported=()
+            )
+            self.setting("precision", precision, chosen, False, self.record.precision.reason)  # type: ignore[union-attr]
+            return {}
         if precision == "int8":
             supported = [k for k in target.kinds if "INT8" in openvino_backend.capabilities(k)]
             if not supported:
@@ -203,20 +182,21 @@ class _Compilation:
         )
         on = executed or "/".join(substituted)
         why = f"OpenVINO {on} cannot run {precision} (OPTIMIZATION_CAPABILITIES: {caps}); {rule}"
-        self.record.fallback(
-            what="precision",
-            requested=precision,
-            chosen=chosen,
-            reason=why,
-            mode=self.policy.fallback,
-        )
+        self.decisions.fallback(what="precision", requested=precision, chosen=chosen, reason=why)
         self.substitution = (chosen, why)
 
     def properties(self, target: OpenVINOTarget, model_files: Sequence[Path]) -> dict[str, Any]:
         """compile_model properties for ``target``; AUTO gets per-device ones in DEVICE_PROPERTIES."""
         per_device = self.precision_properties(target)
         props: dict[str, Any] = {"PERFORMANCE_HINT": self.policy.performance_hint.upper()}
+        self._unmapped_settings()
         if self.policy.num_threads is not None:
+            if self.policy.num_threads > _MAX_THREADS:
+                raise PolicyError(
+                    f"num_threads={self.policy.num_threads} is beyond what OpenVINO takes "
+                    f"(INFERENCE_NUM_THREADS is a 32-bit int: 1 to {_MAX_THREADS}); OpenVINO "
+                    f"caps it at the CPU's cores anyway"
+                )
             for kind in target.kinds:
                 per_device.setdefault(kind, {})["INFERENCE_NUM_THREADS"] = self.policy.num_threads
         if "num_streams" in self.options:
@@ -227,7 +207,9 @@ class _Compilation:
                 "profiling", True, "PERF_COUNT=True", True, "per-op counters in the request"
             )
         if self.policy.cache_dir is not None:
-            props["CACHE_DIR"] = str(self._cache_entry(target, model_files))
+            entry = self._cache_entry(target, model_files)
+            if entry is not None:
+                props["CACHE_DIR"] = str(entry)
         else:
             self.record.cache["openvino"] = {
                 "enabled": False,
@@ -249,8 +231,37 @@ class _Compilation:
             props.update(per_device.get(target.compile_device.split(".")[0], {}))
         return {**props, **raw}
 
-    def _cache_entry(self, target: OpenVINOTarget, model_files: Sequence[Path]) -> Path:
-        """The cache folder for model + policy + OpenVINO version + devices (CACHE_DIR)."""
+    def _unmapped_settings(self) -> None:
+        """Settings OpenVINO has no switch for, recorded as not honoured with the reason."""
+        level = self.policy.graph_optimization
+        self.setting(
+            "graph_optimization",
+            level,
+            "all" if level == "all" else None,
+            level == "all",
+            "OpenVINO's plugins always run their full transformation pipeline; there is no "
+            "level to choose",
+        )
+        memory = self.policy.memory
+        self.setting(
+            "memory.pool",
+            memory.pool,
+            None,
+            False,
+            "OpenVINO has no memory-pool switch: its plugins manage their own memory",
+        )
+        if memory.limit_bytes is not None:
+            self.setting(
+                "memory.limit_bytes",
+                memory.limit_bytes,
+                None,
+                False,
+                "OpenVINO has no memory limit option",
+            )
+
+    def _cache_entry(self, target: OpenVINOTarget, model_files: Sequence[Path]) -> Path | None:
+        """The cache folder for model + policy + OpenVINO version + devices (CACHE_DIR); None
+        when the cache folder is unusable (a fallback under the policy's mode)."""
         components = {
             "model": file_digest(model_files[0]),
             "policy": self.policy.content_hash(),
@@ -263,13 +274,14 @@ class _Compilation:
             components[f"device {name}"] = str(
                 openvino_backend.device_property(name, "FULL_DEVICE_NAME")
             )
-        found = ContentCache(str(self.policy.cache_dir), "openvino").lookup(
-            CacheKey("openvino", components)
+        found = open_entry(
+            self.policy.cache_dir,
+            CacheKey("openvino", components),
+            self.record,
+            self.policy.fallback,
         )
-        self.record.cache["openvino"] = found.as_record()
         self.cache = found
-        found.entry.mkdir(parents=True, exist_ok=True)
-        return found.entry
+        return None if found is None else found.entry
 
     def check_compiled(
         self, compiled: Any, target: OpenVINOTarget, props: Mapping[str, Any]
@@ -308,15 +320,14 @@ class _Compilation:
         if self.cache is not None:
             found = self.cache
             blobs = any(found.entry.glob("*.blob"))
-            if blobs and not found.hit:
-                found.commit()
-            self.record.cache["openvino"]["stored"] = blobs
+            stored = found.commit(self.record) if blobs else found.hit
+            self.record.cache["openvino"]["stored"] = stored
             self.setting(
                 "cache_dir",
                 self.policy.cache_dir,
                 str(found.entry),
-                blobs,
-                "" if blobs else f"{target.compile_device} wrote no cache blob",
+                stored,
+                "" if stored else f"{target.compile_device} wrote no cache blob",
             )
         if self.policy.deterministic:
             self.setting("deterministic", True, None, False, "OpenVINO has no determinism switch")
@@ -325,6 +336,8 @@ class _Compilation:
 
     def _check_precision(self, hint: Any, target: OpenVINOTarget, executed: list[str]) -> None:
         precision = self.policy.precision
+        if self.runs_stored_int8:
+            return  # recorded with the properties (the model's stored int8 runs)
         ran_on = {
             k: p for k, p in self.substituted.items() if any(d.startswith(k) for d in executed)
         }
@@ -352,12 +365,11 @@ class _Compilation:
         self.setting("precision", precision, ran, honoured)
         self.record.precision = Choice(precision, ran, "INFERENCE_PRECISION_HINT read back")
         if not honoured:
-            self.record.fallback(
+            self.decisions.fallback(
                 what="precision",
                 requested=precision,
                 chosen=ran,
                 reason=f"{target.compile_device} accepted the hint but compiled for {ran}",
-                mode=self.policy.fallback,
             )
 
     def _check_execution_devices(self, executed: list[str], target: OpenVINOTarget) -> None:
@@ -369,12 +381,11 @@ class _Compilation:
             # AUTO starts on CPU while the NPU/GPU compiles, or picks another device outright.
             already = any(f.what == "device" for f in self.record.fallbacks)
             if not already:
-                self.record.fallback(
+                self.decisions.fallback(
                     what="device",
                     requested=required,
                     chosen=chosen,
                     reason=f"{target.compile_device} reports EXECUTION_DEVICES={executed}",
-                    mode=self.policy.fallback,
                 )
         self.record.device = Choice(
             target.requested, chosen, f"EXECUTION_DEVICES of {target.compile_device}"
@@ -410,9 +421,7 @@ class _Compilation:
                     op_type=layer,
                     device=device,
                     kernel=info["primitiveType"].astype(str) if "primitiveType" in info else None,
-                    precision=info["runtimePrecision"].astype(str)
-                    if "runtimePrecision" in info
-                    else None,
+                    precision=runtime_precision(info),
                 )
             )
         classified = classify(
@@ -459,12 +468,8 @@ class _Compilation:
             f"{target.compile_device} compiled the quantized model's FakeQuantize ops into "
             f"{'/'.join(ran) or 'float'} kernels: no op runs in i8/u8"
         )
-        self.record.fallback(
-            what="precision",
-            requested="int8",
-            chosen="/".join(ran) or "float",
-            reason=reason,
-            mode=self.policy.fallback,
+        self.decisions.fallback(
+            what="precision", requested="int8", chosen="/".join(ran) or "float", reason=reason
         )
         self.record.precision = Choice("int8", "/".join(ran) or "float", reason)
 
@@ -499,21 +504,35 @@ class OpenVINOEngine(Engine):
         record: ExecutionRecord,
     ) -> EngineSession:
         job = _Compilation(exec_policy, record)
+        model = Path(model)
+        if _is_onnx(model):  # a damaged file is an InvalidModelError before anything reads it
+            job.info = inspect_onnx(model)
         claim_session(
             self.name,
             kernel_policy,
             record,
-            model=Path(model),
+            model=model,
             device=device,
             fallback=exec_policy.fallback,
         )
         target = resolve_target(
             device, job.core.available_devices, record=record, fallback=exec_policy.fallback
         )
-        model_path = require_quantized_model(Path(model), exec_policy, record)
-        ov_model = job.core.read_model(str(model_path))
+        model_path = require_quantized_model(model, exec_policy, record)
+        if model_path != model:
+            job.info = inspect_onnx(model_path) if _is_onnx(model_path) else None
+        if job.info is not None:
+            refuse_strings(job.info, model_path)
+        version = job.ov.get_version()
+        try:
+            ov_model = job.core.read_model(str(model_path))
+        except RuntimeError as exc:
+            raise refusal(exc, model_path, version, "read") from exc
+        declared_inputs, declared_outputs = onnx_io(job.info)
+        input_names = port_names(ov_model.inputs, declared_inputs)
+        output_names = port_names(ov_model.outputs, declared_outputs)
         shapes = fixed_input_shapes(
-            _tensor_infos(ov_model.inputs),
+            tensor_infos(ov_model.inputs, input_names),
             exec_policy.input_shapes,
             static_shape=exec_policy.static_shape,
             device=f"OpenVINO {'NPU' if 'NPU' in target.asked_kinds else target.compile_device}",
@@ -522,7 +541,11 @@ class OpenVINOEngine(Engine):
         )
         if shapes:
             ov_model.reshape(
-                {name: job.ov.PartialShape(list(dims)) for name, dims in shapes.items()}
+                {
+                    index: job.ov.PartialShape(list(shapes[name]))
+                    for index, name in enumerate(input_names)
+                    if name in shapes
+                }
             )
             record.settings.append(
                 SettingRecord(
@@ -535,10 +558,18 @@ class OpenVINOEngine(Engine):
         if model_path.suffix == ".xml" and model_path.with_suffix(".bin").exists():
             model_files.append(model_path.with_suffix(".bin"))
         props = job.properties(target, model_files)
-        compiled = compile_model(
-            job.core, ov_model, target.compile_device, props, policy=exec_policy,
-            record=record, model_files=model_files, requested_device=device,
-        )  # fmt: skip
+        try:
+            compiled = compile_model(
+                job.core, ov_model, target.compile_device, props, policy=exec_policy,
+                record=record, model_files=model_files, requested_device=device,
+            )  # fmt: skip
+        except RuntimeError as exc:
+            raise refusal(exc, model_path, version, "compile") from exc
         executed = job.check_compiled(compiled, target, props)
         job.check_int8(target, job.record_nodes(compiled, executed, target))
-        return OpenVINOSession(compiled)
+        return OpenVINOSession(compiled, input_names, output_names)
+
+
+def _is_onnx(path: Path) -> bool:
+    """An OpenVINO IR model is an .xml file; everything else is read as ONNX."""
+    return path.suffix.lower() != ".xml"

@@ -1,0 +1,81 @@
+"""A compiled OpenVINO model with one infer request, addressed by the model's own names."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from xpuruntime.npu.engines.contract import closed, host_feeds, list_dtypes, wanted_outputs
+from xpuruntime.runtime.engines import EngineSession, TensorInfo
+
+
+def _dims(shape: Any) -> tuple[int | str | None, ...]:
+    """An OpenVINO PartialShape as TensorInfo dims (dynamic -> None)."""
+    return tuple(d.get_length() if d.is_static else None for d in shape)
+
+
+def tensor_infos(ports: Sequence[Any], names: Sequence[str]) -> list[TensorInfo]:
+    """TensorInfo of each port under the model's own name for it."""
+    return [
+        TensorInfo(
+            name, np.dtype(p.get_element_type().to_dtype()).name, _dims(p.get_partial_shape())
+        )
+        for p, name in zip(ports, names, strict=True)
+    ]
+
+
+class OpenVINOSession(EngineSession):
+    """A compiled OpenVINO model with one infer request."""
+
+    def __init__(self, compiled: Any, inputs: Sequence[str], outputs: Sequence[str]) -> None:
+        self._compiled: Any = compiled
+        self._request: Any = compiled.create_infer_request()
+        # One infer request owns its input/output buffers: concurrent run() calls take turns.
+        self._lock = threading.Lock()
+        self._inputs = tensor_infos(compiled.inputs, inputs)
+        self._outputs = tensor_infos(compiled.outputs, outputs)
+        self._port_of = {name: index for index, name in enumerate(inputs)}
+        self._output_names = list(outputs)
+        self._list_dtypes = list_dtypes(self._inputs)
+
+    @property
+    def inputs(self) -> Sequence[TensorInfo]:
+        return self._inputs
+
+    @property
+    def outputs(self) -> Sequence[TensorInfo]:
+        return self._outputs
+
+    @property
+    def execution_devices(self) -> list[str]:
+        """EXECUTION_DEVICES of the compiled model (AUTO may change it after startup)."""
+        if self._compiled is None:
+            raise closed("OpenVINO")
+        return [str(d) for d in self._compiled.get_property("EXECUTION_DEVICES")]
+
+    def close(self) -> None:
+        with self._lock:
+            self._compiled = self._request = None
+
+    def run(
+        self, feeds: Mapping[str, Any], output_names: Sequence[str] | None = None
+    ) -> dict[str, Any]:
+        arrays = host_feeds(feeds, self._list_dtypes)
+        # By port index: the compiled ports' own names may be internal ones.
+        by_port = {self._port_of.get(name, name): value for name, value in arrays.items()}
+        with self._lock:
+            if self._request is None:
+                raise closed("OpenVINO")
+            try:
+                results = self._request.infer(by_port)  # outputs copied out (share_outputs=False)
+            except Exception:
+                # A failed infer can leave the request's shape state broken for every later
+                # shape (a batch-0 feed does on some models): the next run gets a fresh one.
+                self._request = self._compiled.create_infer_request()
+                raise
+            values = results.to_tuple()
+        by_name = dict(zip(self._output_names, values, strict=True))
+        return {name: by_name[name] for name in wanted_outputs(output_names, self._output_names)}
