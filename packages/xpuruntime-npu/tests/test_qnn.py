@@ -233,3 +233,55 @@ def test_auto_picks_what_exists_without_a_fallback(mlp, record):
 def test_absent_gpu_falls_back_to_the_cpu_device(mlp, record, device):
     with pytest.raises(FallbackError, match=device):
         _session(mlp, record, device=device, fallback="error")
+
+
+def test_a_cached_context_model_that_fails_to_load_is_discarded_and_rebuilt(
+    mlp, tmp_path, feeds_for, ort_reference, close
+):
+    # An entry that verifies (its files are the ones stored) but that ONNX Runtime cannot
+    # load, as ONNX Runtime's own EPContext model of a model with CPU-fallback nodes was.
+    from xpuruntime.inference.cache import CacheKey, ContentCache
+
+    cache_dir = str(tmp_path / "cache")
+    first = ExecutionRecord(kind="inference")
+    _session(mlp, first, cache_dir=cache_dir)
+    key = CacheKey("qnn", first.cache["qnn"]["components"])
+    entry = Path(first.cache["qnn"]["path"])
+    import shutil
+
+    shutil.rmtree(entry)
+    lookup = ContentCache(cache_dir, "qnn").lookup(key)
+    (lookup.entry / "model_ctx.onnx").write_bytes(b"\x08\x07" + bytes(64))
+    assert lookup.commit()
+    second = ExecutionRecord(kind="inference")
+    session = _session(mlp, second, cache_dir=cache_dir)
+    assert second.cache["qnn"]["hit"] is False
+    assert "failed to load" in second.cache["qnn"]["explanation"]
+    assert second.cache["qnn"]["stored"] is True
+    feeds = feeds_for(mlp)
+    close(session.run(feeds), ort_reference(mlp, feeds), rel=TOLERANCE["fp32"])
+    third = ExecutionRecord(kind="inference")
+    _session(mlp, third, cache_dir=cache_dir)
+    assert third.cache["qnn"]["hit"] is True
+
+
+def test_string_inputs_run_as_onnx_runtime_runs_them(tmp_path):
+    # The string Identity runs on ONNX Runtime's CPU EP (QNN has no string tensors): a
+    # recorded fallback, and every string form ONNX Runtime takes is taken.
+    from onnx import TensorProto, helper
+
+    from xpuruntime.inference import InferenceSession
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["text"], ["same"], name="id")],
+        "strings",
+        [helper.make_tensor_value_info("text", TensorProto.STRING, [2])],
+        [helper.make_tensor_value_info("same", TensorProto.STRING, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = tmp_path / "strings.onnx"
+    path.write_bytes(model.SerializeToString())
+    session = InferenceSession(path, engine="qnn", device="cpu", fallback="allow")
+    for feed in (np.array(["a", "bc"]), np.array([1, 2]).astype("str"), ["a", "bc"]):
+        assert list(session.run({"text": feed})["same"]) == [str(v) for v in feed]

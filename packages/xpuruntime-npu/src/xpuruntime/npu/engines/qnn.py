@@ -11,31 +11,40 @@ from __future__ import annotations
 
 import contextlib
 import io
+import shutil
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-
-from xpuruntime.inference.cache import CacheKey, CacheLookup, ContentCache, file_digest
-from xpuruntime.inference.engines.ort_placement import assigned_nodes, record_assignment
+from xpuruntime.inference.cache import CacheKey, CacheLookup, file_digest, open_entry
+from xpuruntime.inference.kit.provider_assignment import assigned_nodes, record_assignment
 from xpuruntime.inference.errors import InvalidModelError
+from xpuruntime.inference.precision import apply_precision
 from xpuruntime.inference.tensors import onnx_type_to_numpy_name
 from xpuruntime.npu import qnn_backend
 from xpuruntime.npu.engines.claim import claim_session
+from xpuruntime.npu.engines.contract import (
+    closed,
+    host_feeds,
+    inspect_onnx,
+    list_dtypes,
+    wanted_outputs,
+)
 from xpuruntime.npu.errors import StaticShapeRequiredError, unknown_device
-from xpuruntime.npu.onnx_model import graph_inputs, graph_io_qdq, load_graph, load_inferred_graph
+from xpuruntime.npu.onnx_model import graph_inputs, graph_io_qdq, load_inferred_graph
 from xpuruntime.npu.options import engine_options
 from xpuruntime.npu.qnn_backend import Backend
 from xpuruntime.npu.quantized import require_quantized_model
 from xpuruntime.npu.shapes import fixed_input_shapes
 from xpuruntime.policies.errors import PolicyError
+from xpuruntime.runtime.decisions import Decisions
 from xpuruntime.runtime.engines import Availability, Engine, EngineSession, TensorInfo
 from xpuruntime.runtime.errors import UnsupportedOperationError
 from xpuruntime.runtime.record import Choice, NodeRecord, SettingRecord
 
 if TYPE_CHECKING:
+    from xpuruntime.inference.model_info import ModelInfo
     from xpuruntime.npu.qnn_backend import QnnDevice
     from xpuruntime.policies import ExecutionPolicy, KernelPolicy
     from xpuruntime.runtime.record import ExecutionRecord
@@ -109,10 +118,19 @@ def _tensor_infos(args: Sequence[Any]) -> list[TensorInfo]:
 class QNNSession(EngineSession):
     """An ONNX Runtime session bound to one QNN EP device."""
 
+    # ONNX Runtime rejects wrong names, element types, ranks and fixed dimensions itself, and
+    # takes whatever it can run (string arrays of any numpy string type included).
+    checks_inputs = True
+
     def __init__(self, session: Any) -> None:
-        self._session = session
+        self._session: Any = session
         self._inputs = _tensor_infos(session.get_inputs())
         self._outputs = _tensor_infos(session.get_outputs())
+        self._output_names = [o.name for o in self._outputs]
+        self._list_dtypes = list_dtypes(self._inputs)
+
+    def close(self) -> None:
+        self._session = None  # released with the last reference
 
     @property
     def inputs(self) -> Sequence[TensorInfo]:
@@ -125,14 +143,15 @@ class QNNSession(EngineSession):
     def run(
         self, feeds: Mapping[str, Any], output_names: Sequence[str] | None = None
     ) -> dict[str, Any]:
-        names = list(output_names) if output_names is not None else [o.name for o in self._outputs]
-        arrays = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
-        return dict(zip(names, self._session.run(names, arrays), strict=True))
+        session = self._session
+        if session is None:
+            raise closed("QNN")
+        names = wanted_outputs(output_names, self._output_names)
+        arrays = host_feeds(feeds, self._list_dtypes)
+        return dict(zip(names, session.run(names, arrays), strict=True))
 
 
-def _select_device(
-    device: str, found: Sequence[QnnDevice], *, record: ExecutionRecord, fallback: Any
-) -> QnnDevice:
+def _select_device(device: str, found: Sequence[QnnDevice], *, decisions: Decisions) -> QnnDevice:
     """The QNN EP device for ``device``; a missing NPU/GPU falls back to the CPU device."""
     text = device.strip().lower()
     by_name = {d.name: d for d in found}
@@ -149,13 +168,12 @@ def _select_device(
             return by_name[wanted]
         if cpu is not None:
             emulated = " (the HTP backend runs QNN's HTP simulator there)"
-            record.fallback(
+            decisions.fallback(
                 what="device",
                 requested=text,
                 chosen="cpu",
                 reason=f"the QNN EP has no {text} device here; its devices: {sorted(by_name)}"
                 + emulated,
-                mode=fallback,
             )
             return cpu
     if text == "cpu" and cpu is not None:
@@ -166,10 +184,13 @@ def _select_device(
 class _QnnBuild:
     """One create_session call: policy -> EP options + session options, recorded."""
 
-    def __init__(self, policy: ExecutionPolicy, record: ExecutionRecord) -> None:
+    def __init__(self, policy: ExecutionPolicy, record: ExecutionRecord, info: ModelInfo) -> None:
         self.ort, _ = qnn_backend.import_qnn()
         self.policy = policy
         self.record = record
+        self.decisions = Decisions(policy, record=record)
+        #: The ONNX model's own facts (its stored precision decides what a QDQ model runs).
+        self.info = info
         self.options, self.raw = engine_options(
             policy,
             "qnn",
@@ -178,11 +199,18 @@ class _QnnBuild:
             f"QNN provider options {sorted(_PROVIDER_OPTIONS)}",
         )
         self.pending_cache: CacheLookup | None = None
+        #: The cache lookup of this session (None: no cache_dir, or the folder is unusable).
+        self.cache: CacheLookup | None = None
+        #: Why a cached context model was discarded ("" when none was).
+        self.discarded = ""
+        #: While True, settings are not recorded again (session options rebuilt for a retry).
+        self.quiet = False
 
     def setting(
         self, name: str, requested: Any, applied: Any, honoured: bool = True, note: str = ""
     ) -> None:
-        self.record.settings.append(SettingRecord(name, requested, applied, honoured, note))
+        if not self.quiet:
+            self.record.settings.append(SettingRecord(name, requested, applied, honoured, note))
 
     def backend(self, target: QnnDevice) -> Backend:
         requested = self.options.get("backend_type")
@@ -236,6 +264,13 @@ class _QnnBuild:
         """HTP precision: fp16 (its float default), fp32, int8 from a QDQ model, bf16 on SoC >= 88."""
         precision = self.policy.precision
         soc = str(self.raw.get("soc_model", "0"))
+        if self.info.precision == "int8" and precision != "int8":
+            # HTP runs a QDQ model's stored int8, as ONNX Runtime's engine records it.
+            chosen = apply_precision(
+                self.policy, self.info, engine="qnn", record=self.record, supported=()
+            )
+            self.setting("precision", precision, chosen, False, "the model's Q/DQ precision runs")
+            return {}
         if precision == "fp32" or (precision == "fp16" and soc != "0"):
             flag = "1" if precision == "fp16" else "0"
             self.setting("precision", precision, f"enable_htp_fp16_precision={flag}")
@@ -260,6 +295,9 @@ class _QnnBuild:
         return {"enable_htp_fp16_precision": "0"}
 
     def _precision_on(self, backend: Backend) -> None:
+        if self.info.precision == "int8" and self.policy.precision != "int8":
+            apply_precision(self.policy, self.info, engine="qnn", record=self.record, supported=())
+            return
         if self.policy.precision in ("fp32", "int8"):
             self.record.precision = Choice(
                 self.policy.precision, self.policy.precision, f"QNN {backend}"
@@ -271,12 +309,8 @@ class _QnnBuild:
         )
 
     def _fallback_precision(self, chosen: str, why: str) -> None:
-        self.record.fallback(
-            what="precision",
-            requested=self.policy.precision,
-            chosen=chosen,
-            reason=why,
-            mode=self.policy.fallback,
+        self.decisions.fallback(
+            what="precision", requested=self.policy.precision, chosen=chosen, reason=why
         )
         self.setting("precision", self.policy.precision, chosen, False, why)
         self.record.precision = Choice(self.policy.precision, chosen, why)
@@ -374,33 +408,54 @@ class _QnnBuild:
             "input_shapes": repr(sorted((k, list(v)) for k, v in shapes.items())),
             **qnn_backend.versions(),
         }
-        found = ContentCache(str(self.policy.cache_dir), "qnn").lookup(CacheKey("qnn", components))
-        self.record.cache["qnn"] = found.as_record()
+        found = open_entry(
+            self.policy.cache_dir, CacheKey("qnn", components), self.record, self.policy.fallback
+        )
+        self.cache = found
+        if found is None:  # an unusable cache folder, recorded as a fallback
+            return model
+        if self.discarded:
+            self.record.cache["qnn"]["explanation"] = (
+                f"miss: the stored context model failed to load ({self.discarded}); "
+                f"discarded and rebuilt"
+            )
         context_model = found.entry / _CONTEXT_MODEL
         if found.hit and context_model.is_file():
             return context_model
-        found.entry.mkdir(parents=True, exist_ok=True)
         so.add_session_config_entry("ep.context_enable", "1")
         so.add_session_config_entry("ep.context_embed_mode", "1")
         so.add_session_config_entry("ep.context_file_path", str(context_model))
         self.pending_cache = found
         return model
 
-    def commit_cache(self) -> None:
+    def commit_cache(self, fresh_options: Callable[[], Any]) -> None:
+        """Publish the context model ONNX Runtime wrote, once it has loaded in a session of
+        its own: ONNX Runtime writes EPContext models it cannot load again (a model with CPU
+        fallback nodes: "Failed to setup QNN input tensors"), and those are not cached."""
         if self.pending_cache is None:
             return
         found = self.pending_cache
-        stored = (found.entry / _CONTEXT_MODEL).is_file()
-        if stored:
-            found.commit()
+        context_model = found.entry / _CONTEXT_MODEL
+        note = "QNN context binary (EPContext model)"
+        problem = "" if context_model.is_file() else "QNN wrote no context model"
+        if not problem:
+            try:
+                self.create(context_model, fresh_options())
+            except Exception as exc:  # typed by create(); the message is what matters here
+                problem = f"the EPContext model ONNX Runtime wrote does not load again: {exc}"
+        stored = not problem and found.commit(self.record)
+        if problem:
+            found.discard()
+            self.record.cache["qnn"]["store_problem"] = problem
         self.record.cache["qnn"]["stored"] = stored
-        self.setting(
-            "cache_dir",
-            self.policy.cache_dir,
-            str(found.entry),
-            stored,
-            "QNN context binary (EPContext model)" if stored else "QNN wrote no context model",
-        )
+        self.setting("cache_dir", self.policy.cache_dir, str(found.path), stored, problem or note)
+
+    def discard_hit(self, problem: str) -> None:
+        """A cached context model that failed to load: removed, so that the next lookup
+        misses and the rebuild replaces it; that lookup records the miss with this reason."""
+        assert self.cache is not None
+        shutil.rmtree(self.cache.path, ignore_errors=True)
+        self.discarded = problem
 
     def create(self, model: Path, so: Any) -> Any:
         """Create the session; ONNX Runtime's own silent retry on the CPU EP is caught here.
@@ -428,12 +483,11 @@ class _QnnBuild:
             ) from exc
         if qnn_backend.EP_NAME not in session.get_providers():
             message = " ".join(printed.getvalue().replace("*", "").split()) or "no reason given"
-            self.record.fallback(
+            self.decisions.fallback(
                 what="execution provider",
                 requested=qnn_backend.EP_NAME,
                 chosen=", ".join(session.get_providers()),
                 reason=f"the QNN EP failed to start and ONNX Runtime retried without it: {message}",
-                mode=self.policy.fallback,
             )
         return session
 
@@ -509,18 +563,18 @@ class QNNEngine(Engine):
         kernel_policy: KernelPolicy | None,
         record: ExecutionRecord,
     ) -> EngineSession:
-        build = _QnnBuild(exec_policy, record)
+        qnn_backend.import_qnn()  # a missing plugin is said first
+        model = Path(model)
+        info = inspect_onnx(model)  # a damaged file is an InvalidModelError before anything
         claim_session(
-            self.name,
-            kernel_policy,
-            record,
-            model=Path(model),
-            device=device,
+            self.name, kernel_policy, record, model=model, device=device,
             fallback=exec_policy.fallback,
+        )  # fmt: skip
+        model_path = require_quantized_model(model, exec_policy, record)
+        build = _QnnBuild(
+            exec_policy, record, info if model_path == model else inspect_onnx(model_path)
         )
-        target = _select_device(
-            device, qnn_backend.devices(), record=record, fallback=exec_policy.fallback
-        )
+        target = _select_device(device, qnn_backend.devices(), decisions=build.decisions)
         backend = build.backend(target)
         library = qnn_backend.backend_library(backend)
         if library is None:
@@ -537,8 +591,7 @@ class QNNEngine(Engine):
             f"QNN {backend} backend on {target.vendor} {target.kind}"
             + (" (HTP simulator, not an NPU)" if emulated else ""),
         )
-        model_path = require_quantized_model(Path(model), exec_policy, record)
-        inputs = graph_inputs(load_graph(model_path))
+        inputs = graph_inputs(build.info.graph)
         shapes = fixed_input_shapes(
             inputs,
             exec_policy.input_shapes,
@@ -548,11 +601,30 @@ class QNNEngine(Engine):
         )
         assert shapes is not None  # device_needs_static: every input is fixed or it raised
         options = build.provider_options(backend, library)
+
+        def fresh_options() -> Any:
+            """The same session options again, for a second session (recorded once)."""
+            build.quiet = True
+            try:
+                so = build.session_options(shapes, inputs)
+            finally:
+                build.quiet = False
+            so.add_provider_for_devices([target.ep_device], options)
+            return so
+
         so = build.session_options(shapes, inputs)
         load = build.context_cache(so, model_path, backend, target, shapes)
         so.add_provider_for_devices([target.ep_device], options)
-        session = build.create(load, so)
-        build.commit_cache()
+        try:
+            session = build.create(load, so)
+        except InvalidModelError as exc:
+            if load == model_path:
+                raise
+            build.discard_hit(str(exc))
+            so = fresh_options()
+            load = build.context_cache(so, model_path, backend, target, shapes)
+            session = build.create(load, so)
+        build.commit_cache(fresh_options)
         build.check_assignment(
             session, load, options.get("offload_graph_io_quantization", "1") == "1"
         )
