@@ -213,7 +213,7 @@ def test_cuda_device_falls_back_through_the_policy(mlp, record):
         _session(mlp, record, device="cuda:0", fallback="error")
 
 
-@pytest.mark.parametrize(("name", "hint"), [("tpu", "'CPU'"), ("cpux", "did you mean 'cpu'")])
+@pytest.mark.parametrize(("name", "hint"), [("tpu", "'CPU'"), ("cpux", "Did you mean 'cpu'")])
 def test_unknown_device_lists_what_exists(mlp, record, name, hint):
     with pytest.raises(DeviceNotFoundError, match=hint):
         _session(mlp, record, device=name)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from xpuruntime.inference.errors import DeviceNotFoundError, did_you_mean
+from xpuruntime.inference.errors import DeviceNotFoundError
+from xpuruntime.policies._suggest import choices_hint
 from xpuruntime.runtime.errors import UnsupportedOperationError
 
 
@@ -12,8 +13,8 @@ def unknown_device(name: str, *, engine: str, known: Iterable[str]) -> DeviceNot
     """The error for a device name the backend does not know, listing the ones it does."""
     choices = sorted(set(known))
     return DeviceNotFoundError(
-        f"{engine} does not know device {name!r}{did_you_mean(name, choices)}; devices here: "
-        f"{choices}. Pass one of them as device=..."
+        f"{engine} does not know device {name!r}; devices here: {choices}. Pass one of them "
+        f"as device=... {choices_hint(name, choices)}"
     )
 
 

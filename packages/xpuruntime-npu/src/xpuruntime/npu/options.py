@@ -7,10 +7,10 @@ a PolicyError naming the valid keys, so a typo never vanishes silently.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
+from xpuruntime.policies._suggest import choices_hint
 from xpuruntime.policies.errors import PolicyError
 
 if TYPE_CHECKING:
@@ -33,10 +33,8 @@ def engine_options(
         elif passthrough(key):
             raw[key] = value
         else:
-            close = difflib.get_close_matches(key, list(mapped), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
             raise PolicyError(
-                f"engine_options[{engine!r}] has unknown key {key!r}; valid keys: {sorted(mapped)} "
-                f"and {valid}.{hint}"
+                f"engine_options[{engine!r}] has unknown key {key!r}; besides {valid}: "
+                f"{choices_hint(key, mapped)}"
             )
     return own, raw

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
 
 from xpuruntime.npu.errors import StaticShapeRequiredError
+from xpuruntime.policies._suggest import choices_hint
 from xpuruntime.policies.errors import PolicyError
 from xpuruntime.runtime.engines import TensorInfo
 
@@ -63,10 +63,9 @@ def fixed_input_shapes(
     names = [info.name for info in inputs]
     for name in given:
         if name not in names:
-            close = difflib.get_close_matches(name, names, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
             raise PolicyError(
-                f"input_shapes names {name!r}, which is not a model input; inputs: {names}.{hint}"
+                f"input_shapes names {name!r}, which is not a model input. "
+                f"{choices_hint(name, names)}"
             )
     if not (static_shape or device_needs_static or given):
         return None
