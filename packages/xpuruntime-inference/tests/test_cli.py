@@ -69,30 +69,37 @@ def test_engines_json_says_only_installed_engines_are_available(runner: CliRunne
 
 
 def test_devices_json(runner: CliRunner) -> None:
-    result = invoke(runner, "devices", "--json", "-")
+    result = invoke(runner, "devices", "--json-out", "-")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["devices"][0]["device"] == "cpu"
 
 
-def test_json_dash_goes_to_stdout_not_to_a_file(
+def test_json_is_a_flag_and_dash_goes_to_stdout(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    result = invoke(runner, "devices", "--json", "-")
+    result = invoke(runner, "devices", "--json")
     assert result.exit_code == 0
     assert list(tmp_path.iterdir()) == []
     json.loads(result.stdout)
 
 
-def test_unknown_engine_lists_only_what_runs(runner: CliRunner, mlp: Path) -> None:
+def test_unknown_engine_is_a_usage_error_listing_the_engines(runner: CliRunner, mlp: Path) -> None:
     result = invoke(runner, "run", str(mlp), "--engine", "foo", "--dim", "batch=1")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     message = one_line_error(result)
     assert "unknown engine 'foo'" in message
-    runs_here = message.split("engines that run here: ")[1].split(";")[0]
-    assert runs_here == "onnxruntime"  # tensorrt's plugin is installed, TensorRT is not
-    assert "tensorrt (pip install 'xpuruntime[tensorrt]'" in message
+    assert "onnxruntime (onnxrt, ort)" in message
+    assert "tensorrt (trt)" in message
+
+
+def test_known_engine_not_installed_is_a_runtime_failure_with_the_install_command(
+    runner: CliRunner, mlp: Path
+) -> None:
+    result = invoke(runner, "run", str(mlp), "--engine", "tensorrt", "--dim", "batch=1")
+    assert result.exit_code == 1
+    assert "pip install 'xpuruntime[tensorrt]'" in one_line_error(result)
 
 
 # -- run, inputs and shapes ------------------------------------------------------------------
@@ -330,8 +337,12 @@ def test_explain_shows_where_each_setting_came_from(
     )
     assert result.exit_code == 0, result.output
     text = result.stdout
-    assert "Policy sources (argument > environment > policy > default)" in text
-    assert "execution.fallback" in text
+    assert "Policy sources (argument > environment > policy file > default)" in text
+    rows = {line.split()[0]: line for line in text.splitlines() if line.startswith("execution.")}
+    assert rows["execution.fallback"].endswith("argument")
+    assert rows["execution.graph_optimization"].endswith("(XPURUNTIME_POLICY_GRAPH_OPTIMIZATION)")
+    assert rows["execution.num_threads"].endswith(f"policy {policy}")
+    assert rows["execution.precision"].endswith("default")  # every setting, defaults included
     assert "environment (XPURUNTIME_POLICY_GRAPH_OPTIMIZATION)" in text
     assert f"policy {policy}" in text
     assert "ORT_ENABLE_BASIC" in text
@@ -365,7 +376,7 @@ def test_bench_json(runner: CliRunner, mlp: Path, tmp_path: Path) -> None:
         "2",
         "-n",
         "30",
-        "--json",
+        "--json-out",
         str(out),
     )
     assert result.exit_code == 0, result.output
@@ -421,7 +432,7 @@ def test_compare_same_engine_passes(runner: CliRunner, mlp: Path, tmp_path: Path
         "--per-layer",
         "--dim",
         "batch=2",
-        "--json",
+        "--json-out",
         str(report),
     )
     assert result.exit_code == 0, result.output
@@ -535,7 +546,7 @@ def test_inspect_of_a_non_model_fails(runner: CliRunner, tmp_path: Path) -> None
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\xff\x00garbage")
     result = invoke(runner, "inspect", str(bad))
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "InvalidModelError" in one_line_error(result)
 
 

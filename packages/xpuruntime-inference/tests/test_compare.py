@@ -91,8 +91,10 @@ def test_per_layer_across_onnxruntime_and_openvino() -> None:
     close = compare_models(DEMO_MODEL, targets, feeds, atol=1e-4, rtol=1e-3, per_layer=True)
     assert close.passed
     assert close.first_divergence is None
-    # With zero tolerance the two engines' rounding differs from the first node on.
+    # With zero tolerance the two engines' rounding differs somewhere; where depends on the
+    # CPU's kernels (on some the convolution agrees bit for bit and only softmax differs).
     exact = compare_models(DEMO_MODEL, targets, feeds, atol=0.0, rtol=0.0, per_layer=True)
     assert exact.first_divergence is not None
     assert exact.first_divergence.target == "openvino:cpu"
-    assert exact.first_divergence.node in {"conv", "conv_relu", "pool", "flatten", "fc1"}
+    nodes = [n.name for n in onnx.load(str(DEMO_MODEL)).graph.node]
+    assert exact.first_divergence.node in nodes

@@ -31,7 +31,7 @@ def test_demo_model_runs_and_classifies() -> None:
 
 def test_demo_command_prints_outputs_and_record(tmp_path: Path) -> None:
     record = tmp_path / "record.json"
-    result = CliRunner().invoke(main, ["demo", "--json", str(record)], catch_exceptions=False)
+    result = CliRunner().invoke(main, ["demo", "--json-out", str(record)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     for expected in (
         "xpuruntime demo",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,15 +15,18 @@ import numpy as np
 import pytest
 
 from xpuruntime.inference import InferenceSession
+from xpuruntime.inference.errors import EngineRunError, InputNameError, InputShapeError
 from xpuruntime.inference.serve import (
     ReplicaRefusedError,
     deployment,
+    http_error,
     replica_devices,
     replica_records,
     run,
 )
 from xpuruntime.policies import ExecutionPolicy
 from xpuruntime.policies.errors import PolicyError
+from xpuruntime.runtime.errors import FallbackError
 
 
 @pytest.mark.parametrize(
@@ -44,6 +48,24 @@ def test_ray_gpu_ids_become_device_indices(
 def test_a_hidden_assigned_gpu_is_refused() -> None:
     with pytest.raises(ReplicaRefusedError, match=r"GPU\(s\) \['4'\]"):
         replica_devices(["4"], {"CUDA_VISIBLE_DEVICES": "0,1"})
+
+
+def test_errors_answer_with_their_status_class_and_message(mlp: Path) -> None:
+    """What a replica answers over HTTP for the typed errors a real session raises."""
+    sess = InferenceSession(mlp, device="cpu")
+    with pytest.raises(InputNameError) as bad_name:
+        sess.run({"inptu": np.zeros((1, 4), np.float32)})
+    with pytest.raises(InputShapeError) as bad_shape:
+        sess.run({"input": np.zeros((1, 5), np.float32)})
+    with pytest.raises(PolicyError) as bad_setting:
+        ExecutionPolicy(device="gpu")
+    for error in (bad_name.value, bad_shape.value, bad_setting.value):
+        status, body = http_error(error)
+        assert status == 400
+        assert body == {"error": {"type": type(error).__name__, "message": str(error)}}
+    assert "inptu" in http_error(bad_name.value)[1]["error"]["message"]
+    assert http_error(FallbackError("device cuda: not here"))[0] == 409
+    assert http_error(EngineRunError("the engine failed"))[0] == 500
 
 
 # -- on a local Ray cluster ---------------------------------------------------------------------
@@ -102,6 +124,19 @@ def test_replicas_answer_like_a_direct_session(ray_serve: Any, mlp: Path) -> Non
         one = json.loads(answer.read())
     assert one["devices"] == ["cpu"]
     assert one["record"]["kind"] == "inference"
+
+    bad = urllib.request.Request(
+        f"http://127.0.0.1:{port}/pool",
+        data=json.dumps({"inputs": {"inptu": [[0.0] * 4]}}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(bad, timeout=60)
+    assert refused.value.code == 400
+    error = json.loads(refused.value.read())["error"]
+    assert error["type"] == "InputNameError"
+    assert "inptu" in error["message"]
 
     records = replica_records(handle, 2)
     assert len(records) == 2

@@ -159,7 +159,7 @@ def test_json_output_of_every_command(runner: CliRunner, good: Path, write: Writ
     assert json.loads(validated.stdout) == {
         "files": [{"file": str(good), "valid": True, "sha256": digest}]
     }
-    hashed = runner.invoke(policy, ["hash", str(good), "--json", "-"])
+    hashed = runner.invoke(policy, ["hash", str(good), "--json-out", "-"])
     assert json.loads(hashed.stdout) == {"file": str(good), "sha256": digest}
     shown = json.loads(runner.invoke(policy, ["show", str(good), "--json"]).stdout)
     assert shown["execution"]["precision"] == "fp16"
@@ -175,7 +175,7 @@ def test_json_output_of_every_command(runner: CliRunner, good: Path, write: Writ
 
 def test_json_to_a_file(runner: CliRunner, good: Path, tmp_path: Path) -> None:
     target = tmp_path / "hash.json"
-    result = runner.invoke(policy, ["hash", str(good), "--json", str(target)])
+    result = runner.invoke(policy, ["hash", str(good), "--json-out", str(target)])
     assert result.exit_code == 0
     assert result.stdout.strip() == load_policy(good).content_hash()
     assert json.loads(target.read_text())["sha256"] == result.stdout.strip()

@@ -160,18 +160,27 @@ def compare_tensors(
 
 
 def _open(model: Path, target: Target, policy: ExecutionPolicy) -> InferenceSession | str:
-    """A session for the target, or why it cannot run here (never a silent fallback)."""
+    """A session for the target under ``policy`` (its fallback mode included: a fallback
+    is an error under 'error' and recorded otherwise, and :func:`_ran` states it), or why
+    the target cannot run here."""
     try:
         return InferenceSession(
-            model,
-            device=target.device,
-            engine=target.engine,
-            exec_policy=policy,
-            # An argument, so no XPURUNTIME_POLICY_FALLBACK can loosen it.
-            policy_arguments={"execution": {"fallback": "error"}},
+            model, device=target.device, engine=target.engine, exec_policy=policy
         )
     except (XpuRuntimeError, ImportError) as exc:
         return f"{type(exc).__name__}: {exc}"
+
+
+def _ran(sess: InferenceSession) -> str:
+    """What a target ran: engine, device, precision and every recorded fallback."""
+    record = sess.record()
+    precision = record.precision.chosen if record.precision is not None else "unknown"
+    text = f"ran on {sess.engine}:{sess.device} in {precision}"
+    if record.fallbacks:
+        text += "; fell back: " + "; ".join(
+            f"{f.what}: {f.requested!r} -> {f.chosen!r} ({f.reason})" for f in record.fallbacks
+        )
+    return text
 
 
 def compare_models(
@@ -204,7 +213,7 @@ def compare_models(
             except XpuRuntimeError as exc:
                 statuses.append(TargetStatus(str(target), False, f"{type(exc).__name__}: {exc}"))
                 continue
-            statuses.append(TargetStatus(str(target), True, f"ran on {sess.engine}:{sess.device}"))
+            statuses.append(TargetStatus(str(target), True, _ran(sess)))
         reference = str(targets[0])
         ref_out = results.get(reference)
         comparisons: list[TensorComparison] = []

@@ -34,16 +34,29 @@ def _choices(record: ExecutionRecord) -> Table:
 
 
 def _policy_sources(record: ExecutionRecord) -> Table:
-    """Which layer set each setting that is not a default (flag/argument > environment >
-    policy file > default)."""
+    """Every execution setting with its value and the layer that set it (flag/argument >
+    environment > policy file > default), as ``ExecutionRecord.policy_sources`` says; the
+    settings it does not list kept their defaults."""
     table = Table(
-        title="Policy sources (argument > environment > policy > default)", title_justify="left"
+        title="Policy sources (argument > environment > policy file > default)",
+        title_justify="left",
     )
     for column in ("setting", "value", "set by"):
         table.add_column(column, overflow="fold")
-    for path, source in sorted(record.policy_sources.items()):
+    paths = set(record.policy_sources) | set(
+        _leaf_paths(record.policy.get("execution"), "execution")
+    )
+    for path in sorted(paths):
+        source = record.policy_sources.get(path, "default")
         table.add_row(_fmt(path), _fmt(_setting_value(record.policy, path)), _fmt(source))
     return table
+
+
+def _leaf_paths(node: Any, prefix: str) -> list[str]:
+    """Dotted paths of the settings under ``node`` (``execution.memory.pool``)."""
+    if not isinstance(node, dict) or not node:
+        return [prefix]
+    return [p for key, value in node.items() for p in _leaf_paths(value, f"{prefix}.{key}")]
 
 
 def _setting_value(policy: dict[str, Any], path: str) -> Any:
@@ -146,7 +159,7 @@ def renderables(record: ExecutionRecord) -> list[RenderableType]:
         Text(f"Execution record ({record.kind}) of {record.model}", style="bold"),
         _choices(record),
     ]
-    if record.policy_sources:
+    if record.policy_sources or record.policy:
         parts.append(_policy_sources(record))
     if record.settings:
         parts.append(_settings(record))

@@ -12,12 +12,13 @@ policy on the GPU(s) Ray assigned to that replica (or the CPU)::
     records = replica_records(handle, 2)                      # each replica's record
 
 Over HTTP, ``POST /`` with ``{"inputs": {name: nested lists}, "outputs": [names]?}`` runs
-the model and ``GET /`` returns the answering replica's record.
+the model and ``GET /`` returns the answering replica's record. A bad request answers 400
+(409 when the policy forbids it) with ``{"error": {"type": ..., "message": ...}}``.
 
 A replica whose engine cannot honour the policy under ``fallback="error"`` refuses to start;
 :func:`run` raises :class:`ReplicaRefusedError` with the replica's reason where
 ``ray.serve.run`` only says that the deployment failed.
-Needs ``pip install 'xpuruntime-inference[serve]'`` (Ray Serve).
+Needs ``pip install 'xpuruntime[serve]'`` (Ray Serve).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import numpy as np
 
-from xpuruntime.inference.errors import InputError, ModelNotFoundError
+from xpuruntime.inference.errors import InputError, ModelNotFoundError, SessionClosedError
 from xpuruntime.inference.pool import SessionPool
 from xpuruntime.inference.tensors import as_host_array
 from xpuruntime.policies import ExecutionPolicy
@@ -48,12 +49,13 @@ __all__ = [
     "ReplicaRecord",
     "ReplicaRefusedError",
     "deployment",
+    "http_error",
     "replica_devices",
     "replica_records",
     "run",
 ]
 
-_INSTALL = "pip install 'xpuruntime-inference[serve]' (Ray Serve)"
+_INSTALL = "pip install 'xpuruntime[serve]' (Ray Serve)"
 
 
 class ReplicaRefusedError(XpuRuntimeError, RuntimeError):
@@ -136,25 +138,65 @@ class InferenceReplica:
             "record": self._pool.record().to_dict(),
         }
 
-    async def __call__(self, request: Any) -> dict[str, Any]:
-        """HTTP: ``GET`` returns :meth:`record`; ``POST`` runs ``{"inputs": ..., "outputs": ...}``."""
-        if request.method == "GET":
-            return self.record()
-        body = await request.json()
+    async def __call__(self, request: Any) -> Any:
+        """HTTP: ``GET`` returns :meth:`record`; ``POST`` runs ``{"inputs": ..., "outputs": ...}``.
+
+        A request the model cannot take answers 4xx, a failure 5xx, each with the typed
+        error's class and message as JSON (:func:`http_error`), never a bare 500.
+        """
+        from starlette.responses import JSONResponse
+
+        try:
+            if request.method == "GET":
+                return self.record()
+            return self._answer(await request.body())
+        except XpuRuntimeError as error:
+            status, body = http_error(error)
+            return JSONResponse(body, status_code=status)
+
+    def _answer(self, payload: bytes) -> dict[str, Any]:
+        """The outputs for a POST body; an unreadable body is an InputError."""
+        try:
+            body = msgspec.json.decode(payload)
+        except msgspec.DecodeError as error:
+            raise InputError(f"the request body is not JSON: {error}") from None
         if not isinstance(body, dict) or not isinstance(body.get("inputs"), dict):
             raise InputError(
                 'the request body must be JSON {"inputs": {name: nested lists}, "outputs":'
                 f" [names] (optional)}}; the model's inputs are {sorted(self._inputs)}"
             )
-        feeds = {
-            name: np.asarray(value, dtype=self._inputs.get(name))
-            for name, value in body["inputs"].items()
-        }
+        feeds = {}
+        for name, value in body["inputs"].items():
+            try:
+                feeds[name] = np.asarray(value, dtype=self._inputs.get(name))
+            except (ValueError, TypeError) as error:
+                raise InputError(
+                    f"input {name!r}: cannot read it as a {self._inputs.get(name, 'numpy')}"
+                    f" array ({error})"
+                ) from None
         outputs = self.run(feeds, body.get("outputs"))
         return {
             "replica": self._replica,
             "outputs": {name: value.tolist() for name, value in outputs.items()},
         }
+
+
+#: Errors that say the request was wrong (HTTP 400): the caller can fix them.
+_CLIENT_ERRORS: tuple[type[XpuRuntimeError], ...] = (InputError, PolicyError, SessionClosedError)
+
+
+def http_error(error: XpuRuntimeError) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and JSON body a replica answers for ``error``: 400 for a request the
+    model cannot take (an input's name, dtype or shape, a policy setting), 409 for a
+    request the policy forbids (a fallback under ``fallback="error"``), 500 otherwise; the
+    body names the typed error's class and message."""
+    if isinstance(error, _CLIENT_ERRORS):
+        status = 400
+    elif isinstance(error, FallbackError):
+        status = 409
+    else:
+        status = 500
+    return status, {"error": {"type": type(error).__name__, "message": str(error)}}
 
 
 def deployment(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 import msgspec
@@ -17,7 +17,7 @@ from xpuruntime.policies import vocabulary
 from xpuruntime.policies.differences import diff as diff_policies
 from xpuruntime.policies.document import PolicyDocument, load_policy
 from xpuruntime.policies.errors import PolicyError
-from xpuruntime.policies.formats import FORMATS, Format, format_of
+from xpuruntime.policies.formats import FORMATS, Format, format_of, parse, read_text
 from xpuruntime.policies.json_output import STDOUT, json_option, write_json
 from xpuruntime.policies.layering import resolve_policy
 from xpuruntime.policies.schema import json_schema
@@ -63,8 +63,12 @@ def validate(files: tuple[Path, ...], fmt: Format | None, json_target: str | Non
         try:
             document = load_policy(path, format=fmt)
         except PolicyError as error:
-            click.echo(f"error: {error}", err=True)
-            results.append({"file": str(path), "valid": False, "error": str(error)})
+            errors = [str(e) for e in _every_error(path, fmt, error)]
+            for message in errors:
+                click.echo(f"error: {message}", err=True)
+            results.append(
+                {"file": str(path), "valid": False, "error": errors[0], "errors": errors}
+            )
         else:
             if json_target != STDOUT:
                 click.echo(f"ok: {path} (sha256 {document.content_hash()})")
@@ -72,6 +76,47 @@ def validate(files: tuple[Path, ...], fmt: Format | None, json_target: str | Non
     write_json({"files": results}, json_target)
     if not all(r["valid"] for r in results):
         sys.exit(EXIT_INVALID)
+
+
+def _every_error(path: Path, fmt: Format | None, first: PolicyError) -> list[PolicyError]:
+    """Every error of the file, not only ``first``: each setting an error locates is taken
+    out and the rest checked again, until the rest is valid. (Checking settings one by one
+    instead would report settings that are only wrong alone, such as lock without
+    lock_file.)"""
+    try:
+        data = parse(read_text(path), format_of(path, fmt), str(path))
+    except PolicyError:
+        return [first]  # not parseable: the parser's one error is all there is
+    errors = [first]
+    while isinstance(data, dict) and len(errors) < _MAX_ERRORS:
+        location = getattr(errors[-1], "location", None)
+        if not location or not _remove(data, location.split(".")):
+            break
+        try:
+            PolicyDocument.from_dict(data, source=str(path))
+        except PolicyError as error:
+            errors.append(error)
+        else:
+            break
+    return errors
+
+
+#: A file with more errors than this gets the first ones: enough to start fixing.
+_MAX_ERRORS = 50
+
+
+def _remove(data: dict[str, Any], parts: list[str]) -> bool:
+    """Delete the setting at ``parts`` (``["execution", "memory", "pool"]``) from ``data``;
+    False when it is not there (then removing cannot make progress)."""
+    node: Any = data
+    for part in parts[:-1]:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    if not isinstance(node, dict) or parts[-1] not in node:
+        return False
+    del node[parts[-1]]
+    return True
 
 
 @policy.command()

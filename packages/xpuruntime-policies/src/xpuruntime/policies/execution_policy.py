@@ -328,7 +328,13 @@ class ExecutionPolicy(
             raise PolicyValidationError(
                 f"unknown device {shown(self.device)}: expected 'auto', 'cpu', 'cuda', 'cuda:N',"
                 f" 'npu' or 'npu:N' (N = device index). "
-                + choices_hint(self.device.split(":")[0], ["auto", "cpu", "cuda", "npu"]),
+                # "gpu" is closest to "npu" by spelling, but a GPU is what was meant.
+                + (
+                    "A GPU is 'cuda' (or 'cuda:N' for GPU N); `xpuruntime devices` lists "
+                    "this machine's devices."
+                    if self.device.split(":")[0].lower() == "gpu"
+                    else choices_hint(self.device.split(":")[0], ["auto", "cpu", "cuda", "npu"])
+                ),
                 location="execution.device",
             )
         engines: list[str] = []

@@ -1,15 +1,25 @@
-"""``--json [PATH|-]`` for every xpuruntime command (``xpuruntime`` and ``xpuruntime-policy``).
+"""``--json`` and ``--json-out PATH`` for every xpuruntime command (``xpuruntime`` and
+``xpuruntime-policy``), and the rule that keeps every output file off the command's inputs.
 
-Given alone or as ``-``, JSON goes to stdout (and the command writes nothing else there);
-given a path, to that file.
+``--json`` is a flag: JSON goes to stdout and the command writes nothing else there.
+``--json-out PATH`` writes it to PATH (``-``: stdout). A flag that took an optional path would
+take the next word, and ``inspect --json other.onnx model.onnx`` once overwrote a model.
+
+No command writes over a file it was asked to read, or over an existing file that is not a
+previous output of the same kind (JSON for ``--json-out`` and ``--record``, ``.npy`` for
+``--save-outputs``): :func:`check_output_file` refuses with a usage error (exit 2) before the
+command does any work.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 import msgspec
@@ -17,29 +27,105 @@ import msgspec
 F = TypeVar("F", bound=Callable[..., Any])
 
 STDOUT = "-"
+_NPY_MAGIC = b"\x93NUMPY"
 
 
 def json_option(what: str) -> Callable[[F], F]:
-    """The ``--json`` option; the command receives ``json_target`` (None, ``"-"`` or a path)."""
-    return click.option(
-        "--json",
-        "json_target",
-        is_flag=False,
-        flag_value=STDOUT,
-        default=None,
-        metavar="[PATH|-]",
-        help=f"Write {what} as JSON: to stdout with no PATH or '-' (then nothing else goes "
-        f"to stdout), else to PATH.",
-    )
+    """``--json`` and ``--json-out PATH``; the command receives ``json_target`` (None, ``"-"``
+    or a path checked by :func:`check_output_file`)."""
+
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(*args: Any, json_stdout: bool, json_out: str | None, **kwargs: Any) -> Any:
+            if json_stdout and json_out not in (None, STDOUT):
+                raise click.UsageError("give --json (stdout) or --json-out PATH, not both")
+            target = STDOUT if json_stdout else json_out
+            if target is not None and target != STDOUT:
+                check_output_file(Path(target), "json", kwargs)
+            return func(*args, json_target=target, **kwargs)
+
+        wrapper = click.option(
+            "--json-out",
+            "json_out",
+            metavar="PATH",
+            help=f"Write {what} as JSON to PATH ('-': stdout). An existing PATH must hold "
+            f"JSON (a previous output) and may not be one of the command's inputs.",
+        )(wrapper)
+        wrapper = click.option(
+            "--json",
+            "json_stdout",
+            is_flag=True,
+            help=f"Write {what} as JSON to stdout (then nothing else goes to stdout).",
+        )(wrapper)
+        return cast(F, wrapper)
+
+    return decorate
+
+
+def _input_paths(params: Mapping[str, Any]) -> Iterator[Path]:
+    """Every existing file a command's parameters name (``NAME=FILE`` values included)."""
+    for value in params.values():
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if not isinstance(item, (str, os.PathLike)):
+                continue
+            text = os.fspath(item)
+            for candidate in (text, text.partition("=")[2]):
+                if candidate and os.path.exists(candidate):
+                    yield Path(candidate)
+
+
+def _holds(path: Path, kind: str) -> bool:
+    """Whether the existing file ``path`` is an output of ``kind`` ("json" or "npy")."""
+    try:
+        if kind == "npy":
+            with path.open("rb") as f:
+                return f.read(len(_NPY_MAGIC)) == _NPY_MAGIC
+        json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def check_output_file(path: Path, kind: str, params: Mapping[str, Any]) -> None:
+    """Refuse (usage error) to write a ``kind`` output ("json" or "npy") to ``path`` when it
+    is one of the inputs in ``params`` or an existing file that is not such an output."""
+    if not path.exists():
+        if not path.parent.is_dir():
+            raise click.UsageError(
+                f"cannot write {kind.upper()} output to {path}: the folder {path.parent} "
+                f"does not exist"
+            )
+        return
+    for given in _input_paths(params):
+        if given.resolve() == path.resolve():
+            raise click.UsageError(
+                f"refusing to write {kind.upper()} output to {path}: it is one of the "
+                f"command's inputs; choose another path"
+            )
+    if path.is_dir() or not _holds(path, kind):
+        what = "a folder" if path.is_dir() else f"a file that does not hold {kind.upper()}"
+        raise click.UsageError(
+            f"refusing to write {kind.upper()} output to {path}: it is {what}; remove it "
+            f"or choose another path"
+        )
 
 
 def write_json(data: Any, target: str | None) -> None:
-    """Write ``data`` (anything msgspec encodes) where ``--json`` said; nothing for None."""
+    """Write ``data`` (anything msgspec encodes) where ``--json``/``--json-out`` said;
+    nothing for None. A path that cannot be written is a one-line failure (exit 1)."""
     if target is None:
         return
     text = msgspec.json.format(msgspec.json.encode(data), indent=2).decode() + "\n"
     if target == STDOUT:
         sys.stdout.write(text)
     else:
-        Path(target).write_text(text, encoding="utf-8")
+        write_text(Path(target), text, "JSON")
         click.echo(f"JSON written to {target}", err=True)
+
+
+def write_text(path: Path, text: str, what: str) -> None:
+    """Write an output file; failing to is a one-line error (exit 1), not a traceback."""
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {what} to {path}: {exc.strerror or exc}") from exc

@@ -1,10 +1,13 @@
 """The ``xpuruntime`` command group: exit codes, error messages, logging and warnings.
 
-Exit codes: 0 success; 1 a runtime failure (the engine refused, a fallback under
-``fallback="error"``, outputs that differ); 2 a usage error (an unknown flag or value, a
-policy setting or ``XPURUNTIME_POLICY_*`` variable that does not exist, input names or
-shapes the model does not have). Errors are one line on stderr; ``--debug`` (or
-``XPURUNTIME_DEBUG=1``) shows the traceback instead.
+Exit codes, the same for every command: 0 success (or no difference found); 1 a runtime
+failure (the engine refused, a fallback under ``fallback="error"``, a file that cannot be
+written) or a difference found (``compare``, ``lock diff``, ``policy diff``, ``bundle
+verify``); 2 a usage error (an unknown flag, name or value, a policy setting or
+``XPURUNTIME_POLICY_*`` variable that does not exist, input names or shapes the model does not
+have, a missing folder, an empty or non-ONNX model file, an output path that would overwrite
+an input). Errors are one line on stderr; ``--debug`` (or ``XPURUNTIME_DEBUG=1``) shows the
+traceback instead.
 """
 
 from __future__ import annotations
@@ -18,10 +21,24 @@ from typing import Any
 
 import click
 
-from xpuruntime.policies.errors import XpuRuntimeError
+from xpuruntime.inference.errors import (
+    InputError,
+    InvalidModelError,
+    ModelNotFoundError,
+    ModelTypeError,
+)
+from xpuruntime.policies.errors import PolicyError, XpuRuntimeError
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+#: Typed errors that say the command was asked something wrong: usage errors (exit 2).
+USAGE_ERRORS: tuple[type[XpuRuntimeError], ...] = (
+    PolicyError,
+    InputError,
+    InvalidModelError,
+    ModelNotFoundError,
+    ModelTypeError,
+)
 _DEBUG_VARIABLE = "XPURUNTIME_DEBUG"
 _handler: logging.Handler | None = None
 
@@ -74,6 +91,16 @@ class CommandGroup(click.Group):
             if debug:
                 raise
             _error(f"{type(exc).__name__}: {exc}")
+            return EXIT_USAGE if isinstance(exc, USAGE_ERRORS) else EXIT_FAILURE
+        except OSError as exc:  # a file the command reads or writes: the system said no
+            if debug:
+                raise
+            _error(f"{type(exc).__name__}: {exc}")
+            return EXIT_FAILURE
+        except MemoryError as exc:  # inputs or a model larger than this machine holds
+            if debug:
+                raise
+            _error(f"MemoryError: out of memory ({exc}); try smaller inputs or --dim values")
             return EXIT_FAILURE
         except Exception as exc:
             if debug:

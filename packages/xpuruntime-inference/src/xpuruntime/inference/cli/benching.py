@@ -10,9 +10,16 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from xpuruntime.inference.cli.app import main
-from xpuruntime.inference.cli.options import InputFlags, PolicyFlags, open_session, session_options
+from xpuruntime.inference.cli.options import (
+    MODEL,
+    InputFlags,
+    PolicyFlags,
+    bundle_of,
+    open_session,
+    session_feeds,
+    session_options,
+)
 from xpuruntime.inference.cli.output import Output, json_option
-from xpuruntime.inference.cli.running import MODEL
 
 
 @main.command()
@@ -62,7 +69,7 @@ def bench(
     json_target: str | None,
     **options: Any,
 ) -> None:
-    """Latency p50/p90/p99/max and throughput of MODEL.
+    """Latency p50/p90/p99/max and throughput of MODEL (an ONNX file or a bundle directory).
 
     Measures at least --iterations runs and at least --duration seconds (either alone
     works), after --warmup runs and --warmup-time seconds. Progress is drawn by another
@@ -73,8 +80,8 @@ def bench(
     if iterations is None and duration is None:
         iterations = 100
     out = Output(json_target)
-    sess = open_session(model, engine, PolicyFlags.of(options).layered())
-    feeds = InputFlags.of(options).feeds(sess.inputs, sess.policy.input_shapes)
+    sess = open_session(model, engine, PolicyFlags.of(options).layered(bundle_of(model)))
+    feeds = session_feeds(sess, model, InputFlags.of(options))
     columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     total = None if duration is not None else iterations
     # On stderr, and only on a terminal: progress is for people watching.

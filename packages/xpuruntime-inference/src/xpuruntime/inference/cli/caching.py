@@ -12,26 +12,61 @@ import click
 from xpuruntime.inference.cli.app import main
 from xpuruntime.inference.cli.options import (
     COMMAND_DEFAULT,
+    MODEL,
     PolicyFlags,
     engine_option,
     policy_options,
 )
 from xpuruntime.inference.cli.output import Output, human_bytes, json_option
-from xpuruntime.inference.cli.running import MODEL
 
 
 def _dir_option(func: Any) -> Any:
     return click.option(
         "--dir",
         "folder",
-        help="The cache folder [default: $XPURUNTIME_CACHE_DIR, else the per-user cache folder].",
+        type=click.Path(exists=True, file_okay=False),
+        help="The cache folder [default: the policy's cache_dir (--policy file, "
+        "$XPURUNTIME_POLICY_FILE, $XPURUNTIME_POLICY_CACHE_DIR), else $XPURUNTIME_CACHE_DIR, "
+        "else the per-user cache folder].",
     )(func)
 
 
-def _root(folder: str | None) -> Path:
+def _policy_file_option(func: Any) -> Any:
+    return click.option(
+        "--policy",
+        "policy_file",
+        type=click.Path(exists=True, dir_okay=False),
+        help="ExecutionPolicy file whose cache_dir to use; default $XPURUNTIME_POLICY_FILE.",
+    )(func)
+
+
+def _root(folder: str | None, policy_file: str | None) -> Path:
+    """--dir, else the cache_dir the policy layers give (what sessions would use)."""
     from xpuruntime.inference.cache import cache_root
 
-    return cache_root(folder)
+    if folder is not None:
+        return cache_root(folder)
+    flags = PolicyFlags(policy_file, None, None, None, None, None)
+    return cache_root(flags.layered(cache_dir="default").policy.cache_dir)
+
+
+def _checked_kind(root: Path, kind: str | None) -> str | None:
+    """--kind: a kind this cache holds, or one an engine writes (named after the engine)."""
+    from xpuruntime.inference.cache import all_entries
+    from xpuruntime.inference.selection import engine_overview
+
+    if kind is None:
+        return None
+    present = sorted({e.kind for e in all_entries(root)})
+    engines = [e.name for e in engine_overview()]
+    if kind in present or kind.split("-")[0] in engines:
+        return kind
+    raise click.BadParameter(
+        f"unknown cache kind {kind!r}: kinds are named after the engine that writes them "
+        f"({', '.join(engines)}, such as onnxruntime-optimized-model); this cache holds "
+        f"{', '.join(present) or 'no entries'}",
+        param_hint="--kind",
+    )
 
 
 def _entry_json(entry: Any) -> dict[str, Any]:
@@ -53,13 +88,17 @@ def cache() -> None:
 
 @cache.command(name="list")
 @_dir_option
+@_policy_file_option
 @click.option("--kind", help="Only entries of this kind (onnxruntime-optimized-model, ...).")
 @json_option("the entries")
-def list_entries(folder: str | None, kind: str | None, json_target: str | None) -> None:
+def list_entries(
+    folder: str | None, policy_file: str | None, kind: str | None, json_target: str | None
+) -> None:
     """List the cache's entries: kind, key, size, when last used."""
     from xpuruntime.inference.cache import all_entries
 
-    root = _root(folder)
+    root = _root(folder, policy_file)
+    kind = _checked_kind(root, kind)
     entries = [e for e in all_entries(root) if kind is None or e.kind == kind]
     out = Output(json_target)
     table = out.table(f"Cache {root}", "kind", "key", "size", "last used", "problem")
@@ -74,14 +113,17 @@ def list_entries(folder: str | None, kind: str | None, json_target: str | None) 
 
 @cache.command()
 @_dir_option
+@_policy_file_option
 @click.option("--kind", help="Only entries of this kind.")
 @json_option("the removed entries")
-def clear(folder: str | None, kind: str | None, json_target: str | None) -> None:
+def clear(
+    folder: str | None, policy_file: str | None, kind: str | None, json_target: str | None
+) -> None:
     """Remove the cache's entries (all, or those of --kind)."""
     from xpuruntime.inference.cache import clear as clear_cache
 
-    root = _root(folder)
-    removed = clear_cache(root, kind)
+    root = _root(folder, policy_file)
+    removed = clear_cache(root, _checked_kind(root, kind))
     out = Output(json_target)
     out.print(
         f"removed {len(removed)} entries ({human_bytes(sum(e.size for e in removed))}) from {root}"

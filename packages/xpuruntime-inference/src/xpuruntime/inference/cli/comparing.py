@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 from rich.text import Text
 
 from xpuruntime.inference.cli.app import main
-from xpuruntime.inference.cli.options import InputFlags, PolicyFlags, input_options
+from xpuruntime.inference.cli.options import (
+    MODEL,
+    InputFlags,
+    PolicyFlags,
+    bundle_of,
+    input_options,
+    model_file,
+)
 from xpuruntime.inference.cli.output import Output, json_option
-from xpuruntime.inference.cli.running import MODEL
 from xpuruntime.policies.errors import PolicyError
 
 
@@ -26,8 +31,20 @@ from xpuruntime.policies.errors import PolicyError
     help="Two or more different targets; the first is the reference "
     "(onnxruntime:cpu,onnxruntime:cuda).",
 )
-@click.option("--atol", default=1e-4, show_default=True, type=float, help="Absolute tolerance.")
-@click.option("--rtol", default=1e-3, show_default=True, type=float, help="Relative tolerance.")
+@click.option(
+    "--atol",
+    default=1e-4,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Absolute tolerance.",
+)
+@click.option(
+    "--rtol",
+    default=1e-3,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Relative tolerance.",
+)
 @click.option(
     "--per-layer",
     is_flag=True,
@@ -42,7 +59,14 @@ from xpuruntime.policies.errors import PolicyError
     "--policy",
     "policy_file",
     type=click.Path(exists=True, dir_okay=False),
-    help="ExecutionPolicy file for every target (its fallback is always 'error' here).",
+    help="ExecutionPolicy file for every target; default $XPURUNTIME_POLICY_FILE (a "
+    "bundle's own policy for a bundle).",
+)
+@click.option(
+    "--fallback",
+    type=click.Choice(["error", "warn", "allow"]),
+    help="What happens when a target cannot run as asked (policy setting 'fallback'; "
+    "default: the policy's, 'warn'). Every fallback is listed with the target.",
 )
 @click.option(
     "--precision",
@@ -61,11 +85,14 @@ def compare(
     json_target: str | None,
     **options: Any,
 ) -> None:
-    """Run MODEL on several engines and compare outputs (exit 1 when they differ).
+    """Run MODEL (an ONNX file or a bundle) on several engines and compare outputs (exit 1
+    when they differ or a target cannot run).
 
-    Each target runs with fallback='error': a target that cannot run as named is reported,
-    never silently replaced. NaN or Inf on either side is reported and fails the comparison
-    unless --allow-nonfinite.
+    Each target runs under the policy's fallback mode (--fallback, XPURUNTIME_POLICY_FALLBACK
+    or the policy file; default 'warn'), and the targets table states what each side ran:
+    engine, device, precision and every fallback it took. A target that cannot run is
+    reported, never silently replaced. NaN or Inf on either side is reported and fails the
+    comparison unless --allow-nonfinite.
     """
     from xpuruntime.inference.compare import compare_models, parse_targets
     from xpuruntime.inference.model_info import read_model_info
@@ -74,11 +101,14 @@ def compare(
         targets = parse_targets(engine_list)
     except PolicyError as exc:
         raise click.BadParameter(str(exc), param_hint="--engines") from exc
-    layered = PolicyFlags.of(options).layered()
-    path = Path(model)
-    feeds = InputFlags.of(options).feeds(
-        read_model_info(path).tensor_infos(), layered.policy.input_shapes
-    )
+    bundle = bundle_of(model)
+    layered = PolicyFlags.of(options).layered(bundle)
+    path = model_file(model)
+    flags = InputFlags.of(options)
+    if bundle is not None and not (flags.inputs or flags.input_shapes or flags.dims):
+        feeds = bundle.reference()[0]
+    else:
+        feeds = flags.feeds(read_model_info(path).tensor_infos(), layered.policy.input_shapes)
     report = compare_models(
         path,
         targets,

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from xpuruntime.inference.cli.app import main
+from xpuruntime.inference.cli.options import MODEL, model_file
 from xpuruntime.inference.cli.output import Output, human_bytes, json_option
-from xpuruntime.inference.cli.running import MODEL
 
 
 def _shape(shape: list[int | str | None] | None) -> str:
@@ -29,10 +27,17 @@ def _shape(shape: list[int | str | None] | None) -> str:
 @json_option("the model summary")
 def inspect(model: str, show_ops: bool, json_target: str | None) -> None:
     """Show MODEL's inputs and outputs (dtypes, symbolic dimensions), opsets, producer, op
-    histogram, initializers and external data files. Reads the graph only (no weights)."""
+    histogram, initializers and external data files. Reads the graph only (no weights).
+    MODEL is an ONNX file or a bundle directory (its model is shown)."""
+    from xpuruntime.inference.errors import InvalidModelError
     from xpuruntime.inference.inspection import inspect_model
 
-    summary = inspect_model(Path(model))
+    summary = inspect_model(model_file(model))
+    if summary.ir_version < 1 or not summary.opsets:
+        # Protobuf reads many non-ONNX files as an empty message: no IR version, no opset.
+        raise InvalidModelError(
+            f"{model} is not an ONNX model: it declares no IR version and no opset"
+        )
     out = Output(json_target)
     out.print(
         f"{summary.path}: {human_bytes(summary.file_bytes)}, IR version {summary.ir_version}, "

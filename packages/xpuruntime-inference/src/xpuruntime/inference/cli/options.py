@@ -7,6 +7,7 @@ so a file or the environment decides; the record's ``policy_sources`` says who s
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,16 +17,68 @@ import click
 import numpy as np
 
 from xpuruntime.inference.errors import InputError
-from xpuruntime.policies import LayeredPolicy
+from xpuruntime.policies import ExecutionPolicy, LayeredPolicy, PolicyDocument
 from xpuruntime.policies.errors import PolicyError
 from xpuruntime.runtime.engines import TensorInfo
 
 if TYPE_CHECKING:
+    from xpuruntime.inference.bundle import Bundle
     from xpuruntime.inference.session import InferenceSession
 
 F = TypeVar("F", bound=Callable[..., Any])
 #: The layer name of a setting a command chooses when no flag, variable or file does.
 COMMAND_DEFAULT = "command default"
+#: numpy's seeds are 32-bit.
+MAX_SEED = 2**32 - 1
+#: Largest dimension a flag may give: ONNX Runtime and OpenVINO index tensors with int32
+#: extents in places, and no machine holds more anyway.
+MAX_DIM = 2**31 - 1
+
+
+class ModelPath(click.ParamType[str, Any]):
+    """MODEL: an ONNX file, or (``bundles=True``) a bundle directory written by
+    ``xpuruntime.pytorch.export``. A missing path, an empty file or a directory that is not a
+    bundle is a usage error before anything is opened."""
+
+    name = "model"
+
+    def __init__(self, bundles: bool = True) -> None:
+        self.bundles = bundles
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        path = Path(value)
+        if not path.exists():
+            self.fail(f"{value!r} does not exist", param, ctx)
+        if path.is_dir():
+            if not self.bundles:
+                self.fail(f"{value!r} is a directory; give an ONNX file", param, ctx)
+            from xpuruntime.inference.bundle import open_bundle
+            from xpuruntime.policies.errors import XpuRuntimeError
+
+            try:
+                open_bundle(path)
+            except XpuRuntimeError as exc:
+                self.fail(f"{value!r} is a directory but not a bundle: {exc}", param, ctx)
+        elif path.stat().st_size == 0:
+            self.fail(f"{value!r} is empty (0 bytes), not an ONNX model", param, ctx)
+        return str(value)
+
+
+MODEL = ModelPath()
+
+
+def bundle_of(model: str) -> Bundle | None:
+    """The bundle when MODEL is a bundle directory (checked by :class:`ModelPath`)."""
+    from xpuruntime.inference.bundle import open_bundle
+
+    path = Path(model)
+    return open_bundle(path) if path.is_dir() else None
+
+
+def model_file(model: str) -> Path:
+    """The ONNX file of MODEL (a bundle's model, or MODEL itself)."""
+    bundle = bundle_of(model)
+    return bundle.model if bundle is not None else Path(model)
 
 
 def _stack(func: F, options: Sequence[Callable[[F], F]]) -> F:
@@ -77,11 +130,34 @@ def policy_options(func: F) -> F:
     )
 
 
+def checked_engine(_ctx: click.Context | None, _param: click.Parameter | None, value: str) -> str:
+    """``--engine``: auto, or a name or alias of a known engine (installed or not); anything
+    else is a usage error listing the engines (an engine that is known but not installed
+    fails later, at run time, with its install command)."""
+    from xpuruntime.inference.selection import engine_overview
+    from xpuruntime.policies import vocabulary
+    from xpuruntime.runtime.engines import discover_engines
+
+    if value == "auto" or value in discover_engines():
+        return value
+    try:
+        vocabulary.canonical_engine(value)
+    except PolicyError:
+        known = [
+            e.name + (f" ({', '.join(e.aliases)})" if e.aliases else "") for e in engine_overview()
+        ]
+        raise click.BadParameter(
+            f"unknown engine {value!r}; choose auto or one of: {', '.join(known)}"
+        ) from None
+    return value
+
+
 def engine_option(func: F) -> F:
     return click.option(
         "--engine",
         default="auto",
         show_default=True,
+        callback=checked_engine,
         help="Engine name or alias (onnxruntime/ort, tensorrt/trt, openvino, qnn), or auto: "
         "the first of the policy's 'engines' that runs on the device.",
     )(func)
@@ -119,7 +195,7 @@ def input_options(func: F) -> F:
                 "--seed",
                 default=0,
                 show_default=True,
-                type=int,
+                type=click.IntRange(0, MAX_SEED),
                 help="Seed of the random inputs.",
             ),
         ],
@@ -144,10 +220,12 @@ class PolicyFlags:
     def of(cls, options: Mapping[str, Any]) -> PolicyFlags:
         return cls(*(options.get(name) for name in cls.__dataclass_fields__))
 
-    def layered(self, **defaults: Any) -> LayeredPolicy:
+    def layered(self, bundle: Bundle | None = None, **defaults: Any) -> LayeredPolicy:
         """The session policy; a bad file, variable or value is a usage error (exit 2).
 
-        ``defaults`` apply only where no flag, variable or file sets the setting.
+        ``bundle``: a bundle's policy (and lockfile, as the bundle decides) is the file layer
+        unless --policy names another. ``defaults`` apply only where no flag, variable or
+        file sets the setting.
         """
         from xpuruntime.policies import layered_policy
 
@@ -160,8 +238,9 @@ class PolicyFlags:
         if self.lock_file is not None:
             flags |= {"lock": "replay", "lock_file": self.lock_file}
         execution = {k: v for k, v in flags.items() if v is not None}
+        base = self.policy_file if bundle is None else _policy_layer(bundle, self.policy_file)
         try:
-            layered = layered_policy(self.policy_file, arguments={"execution": execution})
+            layered = layered_policy(base, arguments={"execution": execution})
             unset = {
                 k: v
                 for k, v in defaults.items()
@@ -169,13 +248,23 @@ class PolicyFlags:
             }
             if not unset:
                 return layered
-            again = layered_policy(
-                self.policy_file, arguments={"execution": {**unset, **execution}}
-            )
+            again = layered_policy(base, arguments={"execution": {**unset, **execution}})
         except PolicyError as exc:
             raise click.UsageError(str(exc)) from exc
         sources = {**again.sources, **{f"execution.{k}": COMMAND_DEFAULT for k in unset}}
         return LayeredPolicy(again.policy, sources)
+
+
+def _policy_layer(bundle: Bundle, policy_file: str | None) -> ExecutionPolicy | str | None:
+    """The file layer of a bundle's session: --policy, else what the bundle carries."""
+    chosen = bundle.policy(policy_file)
+    if chosen is None or isinstance(chosen, (ExecutionPolicy, str)):
+        return chosen
+    if isinstance(chosen, LayeredPolicy):
+        return chosen.policy
+    if isinstance(chosen, PolicyDocument):
+        return chosen.execution_policy()
+    return os.fspath(chosen)
 
 
 @dataclass(frozen=True)
@@ -190,9 +279,17 @@ class InputFlags:
         return cls(*(options[name] for name in cls.__dataclass_fields__))
 
     def feeds(
-        self, inputs: Sequence[TensorInfo], policy_shapes: Mapping[str, Sequence[int]] | None
+        self,
+        inputs: Sequence[TensorInfo],
+        policy_shapes: Mapping[str, Sequence[int]] | None,
+        declared: Sequence[TensorInfo] = (),
     ) -> dict[str, np.ndarray]:
-        """Feeds for ``inputs``; flags that do not fit the model are usage errors (exit 2)."""
+        """Feeds for ``inputs``; flags that do not fit the model are usage errors (exit 2).
+
+        ``declared``: the inputs as the ONNX file declares them. An engine may report a
+        symbolic dimension as unknown (OpenVINO drops the names: ``image[?, 1, 8, 8]``);
+        the file's name for it is what ``--dim`` binds.
+        """
         from xpuruntime.inference.feeds import build_feeds, parse_dims, parse_input_shapes
 
         try:
@@ -202,19 +299,64 @@ class InputFlags:
                 if not sep or not name or not path:
                     raise InputError(f"--input expects NAME=FILE.npy, got {value!r}")
                 files[name] = Path(path)
+            shapes = parse_input_shapes(self.input_shapes)
+            dims = parse_dims(self.dims)
+            for what, numbers in [
+                *((f"--input-shapes {n}", v) for n, v in shapes.items()),
+                *((f"--dim {n}", [v]) for n, v in dims.items()),
+            ]:
+                if any(not 1 <= d <= MAX_DIM for d in numbers):
+                    raise InputError(
+                        f"{what}: every dimension must be between 1 and {MAX_DIM}, got "
+                        f"{list(numbers)}"
+                    )
             return build_feeds(
-                inputs,
+                with_declared_names(inputs, declared),
                 files=files,
-                shapes={**(policy_shapes or {}), **parse_input_shapes(self.input_shapes)},
-                dims=parse_dims(self.dims),
+                shapes={**(policy_shapes or {}), **shapes},
+                dims=dims,
                 seed=self.seed,
             )
         except InputError as exc:
             raise click.UsageError(str(exc)) from exc
 
 
+def with_declared_names(
+    inputs: Sequence[TensorInfo], declared: Sequence[TensorInfo]
+) -> list[TensorInfo]:
+    """``inputs`` with each unknown (None) dimension named as the file declares it."""
+    by_name = {d.name: d for d in declared}
+    named = []
+    for info in inputs:
+        file_info = by_name.get(info.name)
+        if file_info is None or len(file_info.shape) != len(info.shape):
+            named.append(info)
+            continue
+        shape = tuple(
+            f if e is None and isinstance(f, str) else e
+            for e, f in zip(info.shape, file_info.shape, strict=True)
+        )
+        named.append(TensorInfo(info.name, info.dtype, shape))
+    return named
+
+
 def open_session(model: str, engine: str, layered: LayeredPolicy) -> InferenceSession:
-    """An InferenceSession of ``model`` under the layered policy (sources go to the record)."""
+    """An InferenceSession of ``model`` (a file or bundle) under the layered policy (sources
+    go to the record)."""
     from xpuruntime.inference import InferenceSession
 
     return InferenceSession(model, engine=engine, exec_policy=layered)
+
+
+def session_feeds(sess: InferenceSession, model: str, flags: InputFlags) -> dict[str, np.ndarray]:
+    """What ``sess`` is fed: a bundle's reference inputs when no input flag is given, else
+    the flags' files and random inputs (dimensions named as the ONNX file names them)."""
+    bundle = bundle_of(model)
+    if bundle is not None and not (flags.inputs or flags.input_shapes or flags.dims):
+        return bundle.reference()[0]
+    declared: Sequence[TensorInfo] = ()
+    if any(d is None for info in sess.inputs for d in info.shape):
+        from xpuruntime.inference.model_info import read_model_info
+
+        declared = read_model_info(model_file(model)).tensor_infos()
+    return flags.feeds(sess.inputs, sess.policy.input_shapes, declared)

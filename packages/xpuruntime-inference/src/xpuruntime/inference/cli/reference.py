@@ -17,9 +17,39 @@ from xpuruntime.inference.cli import main
 _HEADER = """# Command reference
 
 Generated from the commands themselves (`python -m xpuruntime.inference.cli.reference`).
-Exit codes: 0 success, 1 a runtime failure, 2 a usage error. `--json` writes JSON to stdout
-(no path, or `-`) or to a file. Policy settings: flag > `XPURUNTIME_POLICY_*` > `--policy`
-file > defaults.
+
+## Conventions
+
+**Exit codes**, the same for every command:
+
+| code | meaning |
+|---|---|
+| 0 | success; for `compare`, `lock diff`, `policy diff` and `bundle verify`: no difference |
+| 1 | a runtime failure (the engine refused, a fallback under `fallback="error"`, a file that cannot be written, out of memory), or a difference found (`compare`, `lock diff`, `policy diff`, `bundle verify`; `policy validate` with an invalid file) |
+| 2 | a usage error: an unknown flag, name or value (engines, devices, cache kinds, `XPURUNTIME_POLICY_*` variables), an invalid value (a dimension below 1, a negative seed or tolerance), a missing file or folder, an empty or non-ONNX model, a file that is not a lockfile, an output path that would overwrite an input |
+
+Errors are one line on stderr (`error: ...`); `--debug` or `XPURUNTIME_DEBUG=1` shows the
+traceback instead.
+
+**JSON**: `--json` writes the command's result as JSON to stdout, and then nothing else goes
+to stdout. `--json-out PATH` writes it to PATH (`-`: stdout). `--json` takes no value, so
+the next word on the line is never taken for a path.
+
+**Outputs never overwrite inputs.** `--json-out`, `run --record`, `run --save-outputs` and
+`lock record --lock` refuse (exit 2, before any work) a path that is one of the command's
+inputs, or an existing file that is not a previous output of the same kind (JSON, or `.npy`
+for `--save-outputs`).
+
+**Models**: `run`, `explain`, `bench`, `inspect` and `compare` take an ONNX file or a bundle
+directory (written by `xpuruntime.pytorch.export`); a bundle brings its policy and
+lockfile, and without input flags its reference inputs.
+
+**Policy settings**: flag > `XPURUNTIME_POLICY_*` > `--policy` file (or
+`XPURUNTIME_POLICY_FILE`; a bundle's own policy) > defaults; `explain` shows which layer set
+each setting.
+
+**Output**: tables with box lines on a terminal; plain, unwrapped columns when piped or
+redirected.
 """
 
 

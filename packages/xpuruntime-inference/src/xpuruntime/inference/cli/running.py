@@ -10,16 +10,19 @@ import numpy as np
 
 from xpuruntime.inference.cli.app import main
 from xpuruntime.inference.cli.options import (
+    MODEL,
     InputFlags,
     PolicyFlags,
+    bundle_of,
     engine_option,
     open_session,
     policy_options,
+    session_feeds,
     session_options,
 )
 from xpuruntime.inference.cli.output import Output, json_option
+from xpuruntime.policies.json_output import check_output_file, write_text
 
-MODEL = click.Path(exists=True, dir_okay=False)
 #: Output values shown per tensor; more are elided with "…".
 PREVIEW = 8
 
@@ -73,12 +76,20 @@ def run(
     json_target: str | None,
     **options: Any,
 ) -> None:
-    """Run MODEL once (random inputs unless --input) and print the outputs."""
-    from xpuruntime.inference.tensors import as_host_array
+    """Run MODEL (an ONNX file or a bundle directory) once and print the outputs.
 
+    Inputs are random unless --input; a bundle without input flags runs its reference
+    inputs. --record and --save-outputs never write over an input or over a file that is not
+    a previous output of theirs (a usage error, exit 2, before anything runs).
+    """
+    given = {"model": model, "engine": engine, **options}
+    if record_path:
+        check_output_file(Path(record_path), "json", given)
     out = Output(json_target)
-    sess = open_session(model, engine, PolicyFlags.of(options).layered())
-    outputs = sess.run(InputFlags.of(options).feeds(sess.inputs, sess.policy.input_shapes))
+    sess = open_session(model, engine, PolicyFlags.of(options).layered(bundle_of(model)))
+    if save_outputs:
+        _check_save_folder(Path(save_outputs), [o.name for o in sess.outputs], given)
+    outputs = sess.run(session_feeds(sess, model, InputFlags.of(options)))
     record = sess.record()
     latency = record.runs[-1].latency_ms
     described = _outputs(outputs)
@@ -87,12 +98,9 @@ def run(
         table.add_row(o["name"], o["dtype"], str(tuple(o["shape"])), o["preview"])
     out.print(f"{sess.engine} on {sess.device}: {latency:.3f} ms", table)
     if save_outputs:
-        folder = Path(save_outputs)
-        folder.mkdir(parents=True, exist_ok=True)
-        for name, value in outputs.items():
-            np.save(folder / f"{name}.npy", as_host_array(value)[0])
+        _save_outputs(Path(save_outputs), outputs)
     if record_path:
-        Path(record_path).write_text(record.to_json())
+        write_text(Path(record_path), record.to_json(), "the record")
         click.echo(f"record written to {record_path}", err=True)
     out.emit(
         {
@@ -103,6 +111,29 @@ def run(
             "record": record,
         }
     )
+
+
+def _check_save_folder(folder: Path, names: list[str], given: dict[str, Any]) -> None:
+    """NAME.npy per output in ``folder``: never over an input or a file that is not .npy."""
+    if not folder.exists():
+        return  # created at the end, with its parents
+    if not folder.is_dir():
+        raise click.UsageError(f"--save-outputs {folder}: it is a file, not a folder")
+    for name in names:
+        check_output_file(folder / f"{name}.npy", "npy", given)
+
+
+def _save_outputs(folder: Path, outputs: dict[str, Any]) -> None:
+    from xpuruntime.inference.tensors import as_host_array
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, value in outputs.items():
+            np.save(folder / f"{name}.npy", as_host_array(value)[0])
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot write the outputs to {folder}: {exc.strerror or exc}"
+        ) from exc
 
 
 @main.command()
@@ -127,9 +158,9 @@ def explain(model: str, engine: str, runs: int, json_target: str | None, **optio
     from xpuruntime.inference.report import renderables
 
     out = Output(json_target)
-    sess = open_session(model, engine, PolicyFlags.of(options).layered())
+    sess = open_session(model, engine, PolicyFlags.of(options).layered(bundle_of(model)))
     if runs:
-        feeds = InputFlags.of(options).feeds(sess.inputs, sess.policy.input_shapes)
+        feeds = session_feeds(sess, model, InputFlags.of(options))
         for _ in range(runs):
             sess.run(feeds)
     record = sess.record()

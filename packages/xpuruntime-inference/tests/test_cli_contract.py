@@ -1,0 +1,439 @@
+"""The command line's contract, command by command: exit codes (0 success or no difference,
+1 a runtime failure or a difference found, 2 a usage error), one-line errors, JSON that
+parses, and input files that are never written over."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import click
+import numpy as np
+import pytest
+from click.testing import CliRunner, Result
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from xpuruntime.inference.cli import main
+from xpuruntime.inference.demo import DEMO_MODEL
+from xpuruntime.policies import PolicyDocument
+from xpuruntime.policies.bundle import BundleManifest, file_sha256
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner(env={"COLUMNS": "60"})
+
+
+def invoke(runner: CliRunner, *args: str, env: dict[str, str] | None = None) -> Result:
+    return runner.invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+def one_line_error(result: Result) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, result.stderr
+    assert "internal error" not in result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Path:
+    return Path(shutil.copy(DEMO_MODEL, tmp_path / "demo.onnx"))
+
+
+def make_bundle(folder: Path, model: Path) -> Path:
+    """A bundle directory as ``xpuruntime.pytorch.export`` writes one (manifest, model,
+    policy, environment, reference I/O), for a model the engine's outputs define."""
+    from xpuruntime.inference import InferenceSession
+
+    folder.mkdir()
+    shutil.copy(model, folder / "model.onnx")
+    PolicyDocument().save(folder / "policy.json")
+    (folder / "environment.json").write_text(json.dumps({"gpu": []}))
+    image = np.random.default_rng(0).standard_normal((3, 1, 8, 8)).astype(np.float32)
+    out = InferenceSession(folder / "model.onnx", device="cpu").run({"image": image})
+    np.savez(
+        folder / "reference.npz",
+        **{"input/image": image, "output/probabilities": out["probabilities"]},
+    )
+    files = ["model.onnx", "policy.json", "environment.json", "reference.npz"]
+    BundleManifest(
+        inputs=["image"],
+        outputs=["probabilities"],
+        rtol=1e-4,
+        atol=1e-5,
+        files={name: file_sha256(folder / name) for name in files},
+    ).save(folder)
+    return folder
+
+
+# -- 1. no command writes over a file it was asked to read ------------------------------------
+
+
+def test_json_takes_no_path_so_a_second_model_is_not_overwritten(
+    runner: CliRunner, demo: Path, tmp_path: Path
+) -> None:
+    other = Path(shutil.copy(demo, tmp_path / "demo2.onnx"))
+    before = digest(other), digest(demo)
+    result = invoke(runner, "inspect", "--json", str(other), str(demo))
+    assert result.exit_code == 2
+    assert "unexpected extra argument" in one_line_error(result)
+    assert (digest(other), digest(demo)) == before
+
+
+@pytest.mark.parametrize("command", ["inspect", "run"])
+def test_json_out_refuses_an_input_and_a_file_that_is_not_json(
+    runner: CliRunner, demo: Path, tmp_path: Path, command: str
+) -> None:
+    other = Path(shutil.copy(demo, tmp_path / "other.onnx"))
+    before = digest(demo)
+    args = [command, str(demo), *(["--dim", "batch=1"] if command == "run" else [])]
+    onto_input = invoke(runner, *args, "--json-out", str(demo))
+    assert onto_input.exit_code == 2
+    assert "it is one of the command's inputs" in one_line_error(onto_input)
+    onto_model = invoke(runner, *args, "--json-out", str(other))
+    assert onto_model.exit_code == 2
+    assert "does not hold JSON" in one_line_error(onto_model)
+    assert digest(demo) == before == digest(other)
+    previous = tmp_path / "out.json"
+    previous.write_text("{}")
+    again = invoke(runner, *args, "--json-out", str(previous))  # a previous output: replaced
+    assert again.exit_code == 0, again.output
+    assert json.loads(previous.read_text())
+
+
+def test_record_and_save_outputs_never_write_over_inputs(
+    runner: CliRunner, demo: Path, tmp_path: Path
+) -> None:
+    image = tmp_path / "out" / "probabilities.npy"
+    image.parent.mkdir()
+    np.save(image, np.zeros((2, 1, 8, 8), np.float32))
+    before = digest(image), digest(demo)
+    run = ["run", str(demo), "--input", f"image={image}"]
+    saved = invoke(runner, *run, "--save-outputs", str(image.parent))
+    assert saved.exit_code == 2
+    assert "it is one of the command's inputs" in one_line_error(saved)
+    recorded = invoke(runner, *run, "--record", str(demo))
+    assert recorded.exit_code == 2
+    assert "it is one of the command's inputs" in one_line_error(recorded)
+    not_npy = tmp_path / "outs"
+    not_npy.mkdir()
+    (not_npy / "probabilities.npy").write_text("notes")
+    refused = invoke(runner, *run, "--save-outputs", str(not_npy))
+    assert refused.exit_code == 2
+    assert "does not hold NPY" in one_line_error(refused)
+    assert (digest(image), digest(demo)) == before
+    assert (not_npy / "probabilities.npy").read_text() == "notes"
+
+
+def test_lock_record_never_writes_over_the_model(runner: CliRunner, demo: Path) -> None:
+    before = digest(demo)
+    result = invoke(runner, "lock", "record", str(demo), "--lock", str(demo), "--dim", "batch=1")
+    assert result.exit_code == 2
+    assert "it is one of the command's inputs" in one_line_error(result)
+    assert digest(demo) == before
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [["--record", "{dir}/x.json"], ["--json-out", "{dir}/x.json"], ["--save-outputs", "{f}"]],
+)
+def test_an_unwritable_output_is_one_line_not_an_internal_error(
+    runner: CliRunner, demo: Path, tmp_path: Path, flag: list[str]
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    value = flag[1].format(dir=tmp_path / "missing", f=blocker / "sub")
+    result = invoke(runner, "run", str(demo), "--dim", "batch=1", flag[0], value)
+    assert result.exit_code in (1, 2)
+    message = one_line_error(result)
+    assert str(tmp_path) in message
+
+
+# -- 2. one exit-code contract ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["run", "{demo}", "--dim", "batch=0"], 2, "between 1 and"),
+        (["run", "{demo}", "--dim", "batch=1e11"], 2, "--dim expects NAME=INT"),
+        (["run", "{demo}", "--dim", "batch=100000000000"], 2, "between 1 and"),
+        (["run", "{demo}", "--input-shapes", "image:0x1x8x8"], 2, "between 1 and"),
+        (["run", "{demo}", "--dim", "batch=1", "--seed", "-5"], 2, "--seed"),
+        (["run", "{demo}", "--dim", "batch=1", "--engine", "foo"], 2, "unknown engine 'foo'"),
+        (["run", "{demo}", "--dim", "batch=1", "--device", "gpu"], 2, "'cuda:N'"),
+        (["run", "{empty}"], 2, "is empty (0 bytes)"),
+        (["run", "{garbage}"], 2, "InvalidModelError"),
+        (["run", "{tmp}"], 2, "not a bundle"),
+        (["inspect", "{empty}"], 2, "is empty (0 bytes)"),
+        (["inspect", "{garbage}"], 2, "InvalidModelError"),
+        (["bench", "{demo}", "--dim", "batch=1", "-n", "0"], 2, "--iterations"),
+        (["explain", "{demo}", "--dim", "batch=1", "--engine", "nope"], 2, "unknown engine"),
+        (["compare", "{demo}", "--engines", "ort:cpu,openvino:cpu", "--atol", "-1"], 2, "--atol"),
+        (["compare", "{demo}", "--engines", "ort:cpu,openvino:cpu", "--rtol", "-1"], 2, "--rtol"),
+        (["demo", "--batch", "0"], 2, "--batch"),
+        (["cache", "list", "--dir", "/nonexistent"], 2, "does not exist"),
+        (["cache", "clear", "--dir", "{tmp}", "--kind", "foo"], 2, "unknown cache kind 'foo'"),
+        (["cache", "list", "--dir", "{tmp}", "--kind", "foo"], 2, "unknown cache kind 'foo'"),
+        (["lock", "show", "{demo}"], 2, "Lockfile"),
+        (["lock", "diff", "{empty}"], 2, "Lockfile"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(
+    runner: CliRunner, demo: Path, tmp_path: Path, args: list[str], code: int, message: str
+) -> None:
+    empty = tmp_path / "empty.onnx"
+    empty.touch()
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\xff\x00 not a model")
+    paths = {"demo": demo, "empty": empty, "garbage": garbage, "tmp": tmp_path}
+    result = invoke(runner, *(a.format(**paths) for a in args))
+    assert result.exit_code == code, result.output
+    assert message in one_line_error(result)
+
+
+def test_success_exits_0_on_every_inventory_and_read_only_command(
+    runner: CliRunner, demo: Path, tmp_path: Path
+) -> None:
+    for args in (
+        ["engines", "--json"],
+        ["devices", "--json"],
+        ["inspect", str(demo), "--json"],
+        ["cache", "list", "--dir", str(tmp_path), "--json"],
+        ["cache", "clear", "--dir", str(tmp_path), "--json"],
+        ["cache", "explain", "--json"],
+        ["lock", "schema", "--json"],
+        ["policy", "kernels", "matmul", "--json"],
+    ):
+        result = invoke(runner, *args)
+        assert result.exit_code == 0, (args, result.output)
+        json.loads(result.stdout)
+
+
+def test_lock_diff_exits_1_when_the_lockfiles_differ(
+    runner: CliRunner, demo: Path, mlp: Path, tmp_path: Path
+) -> None:
+    first, second = tmp_path / "a.lock.json", tmp_path / "b.lock.json"
+    for model, lock in ((demo, first), (mlp, second)):
+        recorded = invoke(
+            runner, "lock", "record", str(model), "--lock", str(lock), "--dim", "batch=1", "--json"
+        )
+        assert recorded.exit_code == 0, recorded.output
+        assert json.loads(recorded.stdout)["decisions"]
+    same = invoke(runner, "lock", "diff", str(first), str(first), "--json")
+    assert same.exit_code == 0
+    assert json.loads(same.stdout)["changes"] == []
+    differ = invoke(runner, "lock", "diff", str(first), str(second), "--json")
+    assert differ.exit_code == 1
+    assert {c["kind"] for c in json.loads(differ.stdout)["changes"]} == {"added", "removed"}
+    here = invoke(runner, "lock", "diff", str(first), "--json")
+    assert here.exit_code == 0
+    assert all(e["replays"] for e in json.loads(here.stdout)["entries"])
+    shown = invoke(runner, "lock", "show", str(first), "--json")
+    assert json.loads(shown.stdout)["entries"][0]["domain"] == "onnxruntime"
+
+
+def test_lock_tables_do_not_break_words_off_a_terminal(
+    runner: CliRunner, demo: Path, tmp_path: Path
+) -> None:
+    lock = tmp_path / "a.lock.json"
+    invoke(runner, "lock", "record", str(demo), "--lock", str(lock), "--dim", "batch=1")
+    shown = invoke(runner, "lock", "show", str(lock))
+    assert shown.exit_code == 0
+    assert "CPUExecutionProvider" in shown.stdout
+    assert "│" not in shown.stdout  # no box lines, so no cell is folded mid-word
+    assert "─" not in shown.stdout
+
+
+# The bounded argument space of the hypothesis test below: valid and invalid values alike.
+_VALUES = {
+    "--dim": st.one_of(
+        st.sampled_from(["batch=1", "batch=0", "batch=-3", "batch=1e11", "batch=", "=2", "x=2"]),
+        st.text(max_size=8),
+    ),
+    "--input-shapes": st.one_of(
+        st.sampled_from(["image:1x1x8x8", "image:0x1x8x8", "image:[2,1,8,8]", "image:1x2", ":"]),
+        st.text(max_size=8),
+    ),
+    "--seed": st.one_of(st.integers(-(2**40), 2**40).map(str), st.text(max_size=4)),
+    "--engine": st.sampled_from(["auto", "ort", "openvino", "tensorrt", "qnn", "foo", ""]),
+    "--device": st.sampled_from(["cpu", "auto", "gpu", "cuda:x", "npu", "cuda:99", ""]),
+    "--precision": st.sampled_from(["fp32", "fp16", "int8", "fp64"]),
+    "--fallback": st.sampled_from(["allow", "warn", "error", "maybe"]),
+    "--input": st.sampled_from(["image={demo}", "image={missing}", "image", "x=y.npy"]),
+    "--json-out": st.sampled_from(["{demo}", "{missing}", "{tmp}", "{tmp}/out.json", "-"]),
+}
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    command=st.sampled_from(["run", "explain", "bench", "inspect"]),
+    flags=st.lists(st.sampled_from(sorted(_VALUES)), max_size=3, unique=True).flatmap(
+        lambda names: st.tuples(*(st.tuples(st.just(n), _VALUES[n]) for n in names))
+    ),
+)
+def test_no_argument_reaches_an_internal_error(
+    demo: Path, tmp_path: Path, command: str, flags: tuple[tuple[str, str], ...]
+) -> None:
+    before = digest(demo)
+    args = [command, str(demo)]
+    for name, value in flags:
+        if command == "inspect" and name not in ("--json-out",):
+            continue
+        args += [name, value.format(demo=demo, missing=tmp_path / "no" / "x", tmp=tmp_path)]
+    if command == "bench":
+        args += ["-n", "1", "--warmup", "0"]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code in (0, 1, 2), result.output
+    assert "internal error" not in result.output, (args, result.output)
+    assert "Traceback" not in result.output
+    if result.exit_code:
+        one_line_error(result)
+    assert digest(demo) == before
+
+
+# -- 3. defaults: compare runs under the policy's fallback mode and says what ran ------------
+
+
+def test_compare_states_what_each_side_ran(runner: CliRunner, demo: Path) -> None:
+    result = invoke(
+        runner,
+        "compare",
+        str(demo),
+        "--engines",
+        "ort:cpu,openvino:cpu",
+        "--dim",
+        "batch=2",
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    targets = json.loads(result.stdout)["targets"]
+    assert [t["ran"] for t in targets] == [True, True]
+    assert targets[0]["reason"].startswith("ran on onnxruntime:cpu in fp32")
+    assert targets[1]["reason"].startswith("ran on openvino:")
+
+
+def test_compare_follows_the_policy_fallback_and_lists_the_fallback(
+    runner: CliRunner, demo: Path, without_cuda_ep: None
+) -> None:
+    # A GPU target where no GPU engine runs: under 'warn' it runs elsewhere and says so.
+    warned = invoke(
+        runner, "compare", str(demo), "--engines", "ort:cpu,ort:cuda", "--dim", "batch=2", "--json"
+    )
+    targets = json.loads(warned.stdout)["targets"]
+    assert targets[1]["ran"], targets
+    assert "fell back" in targets[1]["reason"]
+    strict = invoke(
+        runner,
+        "compare",
+        str(demo),
+        "--engines",
+        "ort:cpu,ort:cuda",
+        "--dim",
+        "batch=2",
+        "--fallback",
+        "error",
+        "--json",
+    )
+    assert strict.exit_code == 1
+    assert not json.loads(strict.stdout)["targets"][1]["ran"]
+
+
+# -- 4. output style and suggestions ----------------------------------------------------------
+
+
+def test_device_gpu_suggests_cuda_not_npu(runner: CliRunner, demo: Path) -> None:
+    result = invoke(runner, "run", str(demo), "--dim", "batch=1", "--device", "gpu")
+    message = one_line_error(result)
+    assert "Did you mean 'npu'" not in message
+    assert "A GPU is 'cuda' (or 'cuda:N' for GPU N)" in message
+
+
+# -- 5. XPURUNTIME_POLICY_* settings ----------------------------------------------------------
+
+
+def test_cache_list_and_clear_use_the_policy_cache_dir(
+    runner: CliRunner, demo: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "policy-cache"
+    env = {
+        "XPURUNTIME_POLICY_CACHE_DIR": str(folder),
+        "XPURUNTIME_CACHE_DIR": str(tmp_path / "other"),
+    }
+    ran = invoke(runner, "run", str(demo), "--dim", "batch=1", env=env)
+    assert ran.exit_code == 0, ran.output
+    listed = json.loads(invoke(runner, "cache", "list", "--json", env=env).stdout)
+    assert listed["root"] == str(folder)
+    assert [e["kind"] for e in listed["entries"]] == ["onnxruntime-optimized-model"]
+    cleared = json.loads(invoke(runner, "cache", "clear", "--json", env=env).stdout)
+    assert len(cleared["removed"]) == 1
+
+
+# -- 6. bundles and policy sources ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["run", "explain", "bench", "inspect"])
+def test_commands_take_a_bundle_directory(
+    runner: CliRunner, demo: Path, tmp_path: Path, command: str
+) -> None:
+    bundle = make_bundle(tmp_path / "bundle", demo)
+    extra = ["-n", "2", "--warmup", "0"] if command == "bench" else []
+    result = invoke(runner, command, str(bundle), *extra, "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    if command == "run":
+        assert data["outputs"][0]["shape"] == [3, 10]  # the bundle's reference inputs
+        assert any("bundle" in note for note in data["record"]["notes"])
+    if command == "inspect":
+        assert data["inputs"][0]["name"] == "image"
+
+
+def test_compare_takes_a_bundle_directory(runner: CliRunner, demo: Path, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path / "bundle", demo)
+    result = invoke(runner, "compare", str(bundle), "--engines", "ort:cpu,openvino:cpu", "--json")
+    assert result.exit_code == 0, result.output
+    assert all(t["ran"] for t in json.loads(result.stdout)["targets"])
+
+
+# -- 7. --dim binds a symbolic dimension on every engine --------------------------------------
+
+
+@pytest.mark.parametrize("engine", ["onnxruntime", "openvino"])
+def test_dim_binds_the_files_symbolic_dimension_on_every_engine(
+    runner: CliRunner, demo: Path, engine: str
+) -> None:
+    if engine == "openvino":
+        pytest.importorskip("openvino")
+    result = invoke(runner, "run", str(demo), "--dim", "batch=2", "--engine", engine, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["outputs"][0]["shape"] == [2, 10]
+
+
+def test_every_command_has_json(runner: CliRunner) -> None:
+    """--json on every command that prints a result (lock included). Commands whose result
+    is a file they must be given (``-o FILE``: reports, traces) or a server print none."""
+
+    def walk(command: click.Command, path: str) -> list[str]:
+        if isinstance(command, click.Group):
+            return [
+                m for name, sub in command.commands.items() for m in walk(sub, f"{path} {name}")
+            ]
+        options = {o for p in command.params if isinstance(p, click.Option) for o in p.opts}
+        to_a_file = any(
+            isinstance(p, click.Option) and p.required and "-o" in p.opts for p in command.params
+        )
+        return [] if "--json" in options or to_a_file or path.endswith(" explore") else [path]
+
+    assert walk(main, "xpuruntime") == []
