@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from xpuruntime.inference.cli import (  # noqa: F401  (registers the commands)
     benching,
+    bundling,
     caching,
     comparing,
     inspecting,
     inventory,
     running,
+    visualizing,
 )
 from xpuruntime.inference.cli.app import main
 from xpuruntime.inference.cli.locking import lock
