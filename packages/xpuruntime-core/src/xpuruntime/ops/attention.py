@@ -2,7 +2,8 @@
 
 The dispatcher resolves op ``attention`` (query shape
 ``[batch, seqlen_q, seqlen_k, heads, kv_heads, head_dim, causal, varlen]``) to a registered
-kernel — today ``xrt_flash``, xpuruntime's Triton FlashAttention kernels — and the call runs
+kernel — ``xrt_flash``, xpuruntime's Triton FlashAttention kernels, or, where a policy
+names it, ``xrt_flash_fp8``, their float8 (e4m3) forward for inference — and the call runs
 it. Inputs are PyTorch CUDA tensors (other DLPack producers are viewed as torch tensors);
 torch and Triton are imported on the first call, never by ``import xpuruntime``.
 
@@ -134,9 +135,9 @@ def _resolve(
     decision, _status, _layout = core().resolve(
         "attention", shape, dtype, device, kernel, mode, strategy
     )
-    from xpuruntime.kernels.attention import KERNEL
+    from xpuruntime.kernels.attention import FP8_KERNEL, KERNEL
 
-    if decision[1] != KERNEL:  # a kernel registered by someone else: not launchable from here
+    if decision[1] not in (KERNEL, FP8_KERNEL):  # registered by someone else: not launchable
         raise UnsupportedOperationError(
             f"attention resolved to kernel {decision[1]!r} ({decision[2]}), which "
             f"xpuruntime.ops.attention cannot launch; pin attention={KERNEL!r}"
@@ -176,6 +177,8 @@ def attention(
     with ``return_lse=True`` also the float32 natural-log log-sum-exp of each query row,
     ``(batch, heads, seqlen_q)`` or ``(heads, total_q)`` for packed input. A policy pinning a
     kernel that cannot run the call raises :class:`UnsupportedOperationError` with the reason.
+    ``KernelPolicy(attention="xrt_flash_fp8")`` computes in float8 e4m3 (inference: per-block
+    query/key and per-channel value scales, output in the inputs' dtype, no backward).
     """
     query, key, value = _torch(q, "q"), _torch(k, "k"), _torch(v, "v")
     is_varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
@@ -186,12 +189,22 @@ def attention(
         else None
     )
     decision = _resolve(query, dims, varlen, causal, policy)
-    from xpuruntime.kernels.attention import launch
+    from xpuruntime.kernels.attention import FP8_KERNEL, launch
 
-    out, lse, detail = launch.forward(
-        query, key, value, causal=causal, scale=scale, layout="thd" if is_varlen else layout,
-        varlen=varlen, stream=None if stream is None else stream_handle(stream),
-    )  # fmt: skip
+    kind = "thd" if is_varlen else layout
+    handle = None if stream is None else stream_handle(stream)
+    if decision[1] == FP8_KERNEL:
+        from xpuruntime.kernels.attention import fp8
+
+        quantized = fp8.quantize(query, key, value, layout=kind, varlen=varlen, stream=handle)
+        out, lse, detail = fp8.forward(
+            quantized, causal=causal, scale=scale, layout=kind, varlen=varlen, stream=handle
+        )
+    else:
+        out, lse, detail = launch.forward(
+            query, key, value, causal=causal, scale=scale, layout=kind, varlen=varlen,
+            stream=handle,
+        )  # fmt: skip
     note(decision, detail, record)
     return (out, lse) if return_lse else out
 
@@ -243,8 +256,13 @@ def attention_backward(
             f"got {tuple(log_sum_exp.shape)}"
         )
     decision = _resolve(query, dims, varlen, causal, policy)
-    from xpuruntime.kernels.attention import launch
+    from xpuruntime.kernels.attention import FP8_KERNEL, launch
 
+    if decision[1] == FP8_KERNEL:
+        raise UnsupportedOperationError(
+            f"attention_backward: {FP8_KERNEL!r} is a forward for inference and has no "
+            "backward; train with attention='xrt_flash'"
+        )
     dq, dk, dv, detail = launch.backward(
         d_out, query, key, value, output, log_sum_exp, causal=causal, scale=scale,
         layout="thd" if is_varlen else layout, varlen=varlen,

@@ -20,13 +20,21 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from xpuruntime.kernels.attention.support import QUERY_FIELDS, query_shape, unsupported_reason
+from xpuruntime.kernels.attention.support import (
+    QUERY_FIELDS,
+    fp8_unsupported_reason,
+    query_shape,
+    unsupported_reason,
+)
 
 __all__ = [
+    "FP8_KERNEL",
+    "FP8_LIBRARY",
     "KERNEL",
     "LIBRARY",
     "OP",
     "QUERY_FIELDS",
+    "fp8_unsupported_reason",
     "query_shape",
     "register",
     "unsupported_reason",
@@ -37,6 +45,11 @@ OP = "attention"
 KERNEL = "xrt_flash"
 #: What actually runs it, as decisions and execution records name it.
 LIBRARY = "xpuruntime Triton"
+#: The fp8 (e4m3) forward, for inference: float16/bfloat16 inputs quantized inside, output
+#: in the inputs' dtype. Lossy, so only a policy that pins or prefers it runs it: it is
+#: registered after ``xrt_flash``, which the automatic choice takes first.
+FP8_KERNEL = "xrt_flash_fp8"
+FP8_LIBRARY = "xpuruntime Triton fp8"
 
 
 def _run(inputs: list[Any], scalars: list[float], output: Any, stream: int) -> str:
@@ -56,6 +69,25 @@ def _run(inputs: list[Any], scalars: list[float], output: Any, stream: int) -> s
     return detail
 
 
+def _run_fp8(inputs: list[Any], scalars: list[float], output: Any, stream: int) -> str:
+    """``_run`` for ``xrt_flash_fp8``: float16/bfloat16 inputs quantized to e4m3 here."""
+    from torch.utils.dlpack import from_dlpack
+
+    from xpuruntime.kernels.attention import fp8
+
+    q, k, v = (from_dlpack(t) for t in inputs)
+    causal, scale = bool(scalars[0]), scalars[1] or None
+    handle = stream or None
+    quantized = fp8.quantize(q, k, v, layout="bshd", stream=handle)
+    out, _, detail = fp8.forward(
+        quantized, causal=causal, scale=scale, layout="bshd", stream=handle
+    )
+    from_dlpack(output).copy_(out)
+    return detail
+
+
 def register(core: ModuleType) -> None:
-    """Register ``xrt_flash`` for op ``attention`` in the native kernel registry."""
+    """Register ``xrt_flash`` and then ``xrt_flash_fp8`` for op ``attention`` in the native
+    kernel registry (the order is the automatic choice's: bf16/fp16 calls take ``xrt_flash``)."""
     core.register_python_kernel(OP, KERNEL, LIBRARY, unsupported_reason, _run)
+    core.register_python_kernel(OP, FP8_KERNEL, FP8_LIBRARY, fp8_unsupported_reason, _run_fp8)

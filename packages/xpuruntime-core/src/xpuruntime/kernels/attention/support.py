@@ -13,9 +13,9 @@ import importlib.util
 import os
 from collections.abc import Sequence
 
-from xpuruntime.kernels.attention.tiles import HEAD_DIMS
+from xpuruntime.kernels.attention.tiles import FP8_HEAD_DIMS, HEAD_DIMS
 
-__all__ = ["QUERY_FIELDS", "query_shape", "unsupported_reason"]
+__all__ = ["QUERY_FIELDS", "fp8_unsupported_reason", "query_shape", "unsupported_reason"]
 
 QUERY_FIELDS = (
     "batch",
@@ -29,6 +29,10 @@ QUERY_FIELDS = (
 )
 DTYPES = ("float16", "bfloat16")
 MIN_CAPABILITY = (8, 0)
+#: The fp8 forward takes these and quantizes them to e4m3 on the way in.
+FP8_DTYPES = ("float16", "bfloat16")
+#: fp8 tensor-core instructions: Ada (8.9) and Hopper (9.0) onwards.
+FP8_MIN_CAPABILITY = (8, 9)
 
 
 def query_shape(
@@ -74,13 +78,15 @@ def _capability(index: int) -> tuple[int, int] | None:
     return int(major), int(minor)
 
 
-def _device_reason(device: str) -> str:
+def _device_reason(device: str, minimum: tuple[int, int] = MIN_CAPABILITY) -> str:
+    needed = f"{minimum[0]}.{minimum[1]}"
     if device == "cpu":
         if os.environ.get("TRITON_INTERPRET", "0") == "1":
             return _missing_packages()  # Triton's CPU interpreter (tests)
         return (
-            "runs on NVIDIA GPUs of compute capability 8.0 or newer (the input is on the CPU; "
-            "set TRITON_INTERPRET=1 only to test the kernel in Triton's slow CPU interpreter)"
+            f"runs on NVIDIA GPUs of compute capability {needed} or newer (the input is on the "
+            "CPU; set TRITON_INTERPRET=1 only to test the kernel in Triton's slow CPU "
+            "interpreter)"
         )
     kind, _, index = device.partition(":")
     if kind != "cuda":
@@ -88,31 +94,53 @@ def _device_reason(device: str) -> str:
     capability = _capability(int(index or 0))
     if capability is None:
         return f"PyTorch sees no CUDA device {device}"
-    if capability < MIN_CAPABILITY:
+    if capability < minimum:
+        generations = (
+            "Ampere, Ada, Hopper, Blackwell" if minimum < (8, 9) else "Ada, Hopper, Blackwell"
+        )
         return (
-            f"needs compute capability 8.0 or newer (Ampere, Ada, Hopper, Blackwell); {device} "
+            f"needs compute capability {needed} or newer ({generations}); {device} "
             f"is {capability[0]}.{capability[1]}"
         )
     return ""
 
 
-def unsupported_reason(op: str, shape: Sequence[int], dtype: str, device: str) -> str:
-    """'' when ``xrt_flash`` can run the query, else why not (shown to the user)."""
+def _shape_reason(op: str, shape: Sequence[int], head_dims: Sequence[int]) -> str:
     if op != "attention":
         return f"implements attention, not {op}"
     if len(shape) != len(QUERY_FIELDS):
         return f"expects the attention query shape [{', '.join(QUERY_FIELDS)}], got {list(shape)}"
     fields = dict(zip(QUERY_FIELDS, shape, strict=True))
-    if dtype not in DTYPES:
-        return f"supports float16 and bfloat16, not {dtype} (cast the inputs, or use autocast)"
-    if fields["head_dim"] not in HEAD_DIMS:
-        return f"supports head sizes {', '.join(map(str, HEAD_DIMS))}, not {fields['head_dim']}"
+    if fields["head_dim"] not in head_dims:
+        return f"supports head sizes {', '.join(map(str, head_dims))}, not {fields['head_dim']}"
     heads, kv_heads = fields["heads"], fields["kv_heads"]
     if kv_heads <= 0 or heads % kv_heads:
         return (
             f"query heads ({heads}) must be a multiple of key/value heads ({kv_heads}) "
             "for grouped-query attention"
         )
+    return ""
+
+
+def unsupported_reason(op: str, shape: Sequence[int], dtype: str, device: str) -> str:
+    """'' when ``xrt_flash`` can run the query, else why not (shown to the user)."""
+    if dtype not in DTYPES and op == "attention" and len(shape) == len(QUERY_FIELDS):
+        return f"supports float16 and bfloat16, not {dtype} (cast the inputs, or use autocast)"
+    reason = _shape_reason(op, shape, HEAD_DIMS)
+    if reason:
+        return reason
     if device == "cpu" or not device.startswith("cuda"):
         return _device_reason(device)
     return _missing_packages() or _device_reason(device)
+
+
+def fp8_unsupported_reason(op: str, shape: Sequence[int], dtype: str, device: str) -> str:
+    """'' when ``xrt_flash_fp8`` can run the query, else why not (shown to the user)."""
+    if dtype not in FP8_DTYPES and op == "attention" and len(shape) == len(QUERY_FIELDS):
+        return f"takes float16/bfloat16 inputs (quantized to float8 e4m3 inside), not {dtype}"
+    reason = _shape_reason(op, shape, FP8_HEAD_DIMS)
+    if reason:
+        return reason
+    if device == "cpu" or not device.startswith("cuda"):
+        return _device_reason(device, FP8_MIN_CAPABILITY)
+    return _missing_packages() or _device_reason(device, FP8_MIN_CAPABILITY)

@@ -16,12 +16,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["HEAD_DIMS", "Pass", "TileConfig", "candidates", "interpreter_tiles"]
+__all__ = [
+    "FP8_HEAD_DIMS",
+    "FP8_SCALE_BLOCK",
+    "HEAD_DIMS",
+    "Pass",
+    "TileConfig",
+    "candidates",
+    "fp8_candidates",
+    "interpreter_tiles",
+]
 
 Pass = Literal["forward", "dkdv", "dq"]
 
 #: Head sizes the kernels are compiled for (power-of-two tiles; tl.dot needs >= 16).
 HEAD_DIMS = (16, 32, 64, 128, 256)
+#: Head sizes of the fp8 forward (an fp8 wgmma step reduces over 32 elements).
+FP8_HEAD_DIMS = (64, 128, 256)
+#: Rows of one head that share a query or key scale in the fp8 forward; its tiles divide it.
+FP8_SCALE_BLOCK = 128
 
 
 @dataclass(frozen=True)
@@ -104,6 +117,29 @@ def candidates(pass_: Pass, head_dim: int, capability: tuple[int, int]) -> tuple
     """The candidates for ``pass_`` at ``head_dim`` on a GPU of ``capability``, best first."""
     table = _HOPPER if capability[0] >= 9 else _AMPERE
     return table[(pass_, _bucket(head_dim))]
+
+
+# fp8 forward, Hopper. Measured (H100, Triton 3.6, benchmarks/attention_fp8_bench.py --sweep,
+# 16k tokens): 64x128 tiles with 4 warps lead at head sizes 64 and 128 at every seqlen
+# (hd128 S16384 full: 775 TFLOP/s against 654 for 128x128 with 8 warps; hd64: 580 against
+# 512 for 128x128 with 4 warps). The others are tuning candidates; head size 256 is unmeasured.
+_FP8_HOPPER: dict[int, tuple[TileConfig, ...]] = {
+    64: (_T(64, 128, 4, 3), _T(128, 128, 4, 3), _T(64, 64, 4, 3), _T(128, 64, 4, 3)),
+    128: (_T(64, 128, 4, 3), _T(64, 64, 4, 3), _T(128, 128, 8, 3), _T(64, 128, 4, 4)),
+    256: (_T(64, 64, 4, 2), _T(64, 128, 4, 2), _T(128, 64, 8, 2)),
+}
+# Ada (sm_89): fp8 mma, no wgmma, 100 KiB of shared memory.
+_FP8_ADA: dict[int, tuple[TileConfig, ...]] = {
+    64: (_T(128, 64, 4, 3), _T(64, 64, 4, 3)),
+    128: (_T(128, 64, 4, 3), _T(64, 64, 4, 2)),
+    256: (_T(64, 32, 4, 2), _T(32, 32, 4, 1)),
+}
+
+
+def fp8_candidates(head_dim: int, capability: tuple[int, int]) -> tuple[TileConfig, ...]:
+    """The fp8 forward's candidates at ``head_dim`` on a GPU of ``capability``, best first."""
+    table = _FP8_HOPPER if capability[0] >= 9 else _FP8_ADA
+    return table[head_dim]
 
 
 def interpreter_tiles(pass_: Pass) -> tuple[TileConfig, ...]:

@@ -1,0 +1,305 @@
+"""xrt_flash_fp8 (float8 e4m3 forward) against xrt_flash bf16, cuDNN SDPA and SDPA-flash.
+
+    python benchmarks/attention_fp8_bench.py [--quick] [--sweep] [--out DIR]
+    python benchmarks/attention_fp8_bench.py --sanitize-calls   # tiny calls for compute-sanitizer
+    python benchmarks/attention_fp8_bench.py --profile-calls    # one fp8 and one cuDNN forward
+
+The grid of benchmarks/attention_bench.py (bf16, 16k tokens per batch, hidden 2048: 16 heads
+of 128 or 32 of 64), forward only. For each case every implementation is timed in the same
+process, interleaved: each round runs one sample of each (CUDA events around 4 back-to-back
+calls) and the median over 9 rounds is kept. Implementations:
+
+- ``cudnn``, ``flash``: SDPA's cuDNN and FlashAttention-2 backends (bf16);
+- ``xrt``: xrt_flash's bf16 forward, its default tiles;
+- ``fp8``: the fp8 kernel on inputs quantized beforehand (what an fp8 KV cache feeds it);
+- ``fp8+q``: quantization of the bf16 inputs plus the fp8 kernel (``ops.attention`` under
+  ``KernelPolicy(attention="xrt_flash_fp8")`` runs exactly these launches);
+- with ``--sweep``, ``fp8[i]``: every fp8 tile candidate i, to order the candidates.
+
+TFLOP/s use FlashAttention's count (4·B·H·S²·D, halved when causal). Errors (seqlen <= 4096,
+first batch element) against a float32 reference of the same bf16 inputs: relative Frobenius
+norm ‖out − ref‖ / ‖ref‖ and max |out − ref|. Prints a table; writes attention_fp8_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import xpuruntime.ops as ops
+from xpuruntime.kernels.attention import fp8, launch
+from xpuruntime.kernels.attention.tiles import fp8_candidates
+from xpuruntime.policies import KernelPolicy
+
+TOKENS = 16384
+HIDDEN = 2048
+FP8_POLICY = KernelPolicy(attention="xrt_flash_fp8")
+
+
+def _sample_ms(fn: Callable[[], Any], calls: int = 4) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
+
+
+def _interleaved(impls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    for fn in impls.values():  # compile / build plans outside the samples
+        fn()
+        fn()
+    torch.cuda.synchronize()
+    samples: dict[str, list[float]] = {name: [] for name in impls}
+    for _ in range(rounds):
+        for name, fn in impls.items():
+            samples[name].append(_sample_ms(fn))
+    return {name: statistics.median(times) for name, times in samples.items()}
+
+
+def _sdpa(backend: SDPBackend, q: Any, k: Any, v: Any, causal: bool) -> Any:
+    with sdpa_kernel([backend]):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def _reference(q: Any, k: Any, v: Any, causal: bool) -> Any:
+    scores = q.float() @ k.float().transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        keep = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    return torch.softmax(scores, -1) @ v.float()
+
+
+def _errors(out: Any, ref: Any) -> dict[str, float]:
+    diff = out.float() - ref
+    return {
+        "rel_fro": float(diff.norm() / ref.norm()),
+        "max_abs": float(diff.abs().max()),
+    }
+
+
+def case(dim: int, seqlen: int, causal: bool, sweep: bool, rounds: int) -> dict[str, Any]:
+    batch, heads = TOKENS // seqlen, HIDDEN // dim
+    q, k, v = (
+        torch.randn(batch, heads, seqlen, dim, device="cuda", dtype=torch.bfloat16)
+        for _ in range(3)
+    )
+    qz = fp8.quantize(q, k, v, layout="bhsd")
+    impls: dict[str, Callable[[], Any]] = {
+        "cudnn": lambda: _sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal),
+        "flash": lambda: _sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal),
+        "xrt": lambda: launch.forward(q, k, v, causal=causal, scale=None, layout="bhsd")[0],
+        "fp8": lambda: fp8.forward(qz, causal=causal, scale=None, layout="bhsd")[0],
+        "quant": lambda: fp8.quantize(q, k, v, layout="bhsd"),
+        "fp8+q": lambda: fp8.forward(
+            fp8.quantize(q, k, v, layout="bhsd"), causal=causal, scale=None, layout="bhsd"
+        )[0],
+    }
+    compiled: dict[str, str] = {}
+    if sweep:
+        for i, tiles in enumerate(fp8_candidates(dim, torch.cuda.get_device_capability())):
+            try:
+                fp8.forward(qz, causal=causal, scale=None, layout="bhsd", tiles=tiles)
+            except Exception as error:  # a candidate that does not fit this GPU
+                compiled[f"fp8[{i}]"] = f"{tiles.describe()}: {type(error).__name__}"
+                continue
+            compiled[f"fp8[{i}]"] = tiles.describe()
+            impls[f"fp8[{i}]"] = lambda t=tiles: fp8.forward(  # type: ignore[misc]
+                qz, causal=causal, scale=None, layout="bhsd", tiles=t
+            )[0]
+    ms = _interleaved(impls, rounds)
+    flops = 4 * batch * heads * seqlen * seqlen * dim / (2 if causal else 1)
+    row: dict[str, Any] = {
+        "head_dim": dim,
+        "seqlen": seqlen,
+        "causal": causal,
+        "batch": batch,
+        "heads": heads,
+        "ms": ms,
+        "tflops": {name: flops / t / 1e9 for name, t in ms.items()},
+        "fp8_detail": fp8.forward(qz, causal=causal, scale=None, layout="bhsd")[2],
+        "sweep": compiled,
+    }
+    if seqlen <= 4096:
+        first = (q[:1], k[:1], v[:1])
+        ref = _reference(*first, causal)
+        outs = {
+            "cudnn": _sdpa(SDPBackend.CUDNN_ATTENTION, *first, causal),
+            "flash": _sdpa(SDPBackend.FLASH_ATTENTION, *first, causal),
+            "xrt": launch.forward(*first, causal=causal, scale=None, layout="bhsd")[0],
+            "fp8": ops.attention(*first, causal=causal, layout="bhsd", policy=FP8_POLICY),
+            "bf16_rounded_reference": ref.to(torch.bfloat16),
+        }
+        row["errors"] = {name: _errors(out, ref) for name, out in outs.items()}
+    return row
+
+
+def fp8_inputs_check() -> dict[str, Any]:
+    """e4m3 inputs with per-tensor descale factors (FlashAttention-3's convention) through
+    ``fp8.from_fp8``, against the float32 reference of the dequantized tensors."""
+    q, k, v = (torch.randn(2, 8, 1024, 128, device="cuda") * 3 for _ in range(3))
+    quantized, descales = [], []
+    for x in (q, k, v):
+        d = (x.abs().amax() / 448).reshape(1)
+        quantized.append((x / d).to(fp8.FP8))
+        descales.append(d.float())
+    q8, k8, v8 = quantized
+    z = fp8.from_fp8(q8, k8, v8, (descales[0], descales[1], descales[2]), layout="bhsd")
+    out, _, detail = fp8.forward(z, causal=True, scale=None, layout="bhsd")
+    qr, kr, vr = (x8.float() * d for x8, d in zip(quantized, descales, strict=True))
+    return {"detail": detail, **_errors(out, _reference(qr, kr, vr, True))}
+
+
+def quant_breakdown() -> dict[str, Any]:
+    """Milliseconds of each quantization step (query rows, value channel maxima, transposed
+    value) at two shapes of 33.5M elements per tensor, beside a device-to-device copy of one
+    bf16 tensor (the bandwidth yardstick)."""
+    from xpuruntime.kernels.attention.fp8 import _quantize_rows, _value_scale
+
+    rows = {}
+    for batch, heads, seqlen, dim in ((16, 32, 1024, 64), (1, 16, 16384, 128)):
+        x = torch.randn(batch, heads, seqlen, dim, device="cuda", dtype=torch.bfloat16)
+        copy = torch.empty_like(x)
+        steps: dict[str, Callable[[], Any]] = {
+            "copy": lambda: copy.copy_(x),  # noqa: B023
+            "rows": lambda: _quantize_rows(x, "bhsd", None, seqlen, heads, batch, 128),  # noqa: B023
+            "v_scale": lambda: _value_scale(x, "bhsd"),  # noqa: B023
+            "quantize": lambda: fp8.quantize(x, x, x, layout="bhsd"),  # noqa: B023
+        }
+        rows[f"B{batch} H{heads} S{seqlen} D{dim}"] = _interleaved(steps, 9)
+    return rows
+
+
+def sanitize_calls() -> None:
+    """Tiny calls over the fp8 kernels' edge cases for compute-sanitizer: partial last
+    blocks, the causal diagonal, GQA/MQA, every tile candidate, packed sequences with an
+    empty one, e4m3 inputs."""
+    capability = torch.cuda.get_device_capability()
+    for causal in (False, True):
+        for heads, kv_heads, seq, dim in ((4, 4, 200, 64), (4, 1, 130, 128), (2, 2, 70, 256)):
+            q = torch.randn(2, heads, seq, dim, device="cuda", dtype=torch.bfloat16)
+            k, v = (
+                torch.randn(2, kv_heads, seq, dim, device="cuda", dtype=torch.bfloat16)
+                for _ in range(2)
+            )
+            qz = fp8.quantize(q, k, v, layout="bhsd")
+            for tiles in fp8_candidates(dim, capability):
+                try:
+                    out, _, _ = fp8.forward(
+                        qz, causal=causal, scale=None, layout="bhsd", tiles=tiles
+                    )
+                except Exception as error:
+                    print(f"skipped: hd{dim} {tiles.describe()}: {error!r:.200}")
+                    continue
+                assert torch.isfinite(out).all()
+        lengths = [70, 0, 129, 1]
+        cu = torch.tensor(
+            [0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda"
+        )
+        q = torch.randn(sum(lengths), 4, 64, device="cuda", dtype=torch.float16)
+        k, v = (
+            torch.randn(sum(lengths), 2, 64, device="cuda", dtype=torch.float16) for _ in range(2)
+        )
+        out = ops.attention(
+            q, k, v, causal=causal, cu_seqlens_q=cu, cu_seqlens_k=cu, policy=FP8_POLICY
+        )
+        assert torch.isfinite(out).all()
+    fp8_inputs_check()
+    torch.cuda.synchronize()
+    print("attention_fp8 sanitize calls: all finished")
+
+
+def profile_calls() -> None:
+    """One fp8 forward and one cuDNN forward between cudaProfilerStart/Stop (hd128 S4096
+    batch 4, 16 heads, full attention: attention_profile.py's case)."""
+    q, k, v = (torch.randn(4, 16, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    qz = fp8.quantize(q, k, v, layout="bhsd")
+
+    def ours() -> Any:
+        return fp8.forward(qz, causal=False, scale=None, layout="bhsd")[0]
+
+    def cudnn() -> Any:
+        return _sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, False)
+
+    for fn in (ours, cudnn):
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    ours()
+    cudnn()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="hd128, S 2048-16384 only")
+    parser.add_argument("--sweep", action="store_true", help="time every fp8 tile candidate")
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--out", type=Path, default=Path("."))
+    parser.add_argument("--sanitize-calls", action="store_true")
+    parser.add_argument("--profile-calls", action="store_true")
+    args = parser.parse_args()
+    if args.sanitize_calls:
+        sanitize_calls()
+        return
+    if args.profile_calls:
+        profile_calls()
+        return
+    dims = (128,) if args.quick else (64, 128)
+    seqlens = (2048, 4096, 8192, 16384) if args.quick else (1024, 2048, 4096, 8192, 16384)
+    rows = []
+    header = (
+        f"{'hd':>3} {'S':>6} {'causal':>6} | {'cuDNN':>6} {'FA-2':>6} {'xrt':>6} {'fp8':>6} "
+        f"{'fp8+q':>6} | fp8/xrt fp8+q/xrt fp8/cuDNN | rel err fp8 / xrt / cuDNN"
+    )
+    print(torch.cuda.get_device_name(), torch.__version__, file=sys.stderr)
+    print(header)
+    for dim in dims:
+        for causal in (False, True):
+            for seqlen in seqlens:
+                row = case(dim, seqlen, causal, args.sweep, args.rounds)
+                rows.append(row)
+                t, ms = row["tflops"], row["ms"]
+                err = row.get("errors", {})
+                errs = " / ".join(
+                    f"{err[n]['rel_fro']:.2e}" if n in err else "-" for n in ("fp8", "xrt", "cudnn")
+                )
+                sweep = " ".join(f"{n}={t[n]:.0f}" for n in t if n.startswith("fp8["))
+                print(
+                    f"{dim:>3} {seqlen:>6} {causal!s:>6} | {t['cudnn']:6.0f} {t['flash']:6.0f} "
+                    f"{t['xrt']:6.0f} {t['fp8']:6.0f} {t['fp8+q']:6.0f} | "
+                    f"{ms['xrt'] / ms['fp8']:7.2f} {ms['xrt'] / ms['fp8+q']:9.2f} "
+                    f"{ms['cudnn'] / ms['fp8']:9.2f} | {errs} {sweep}",
+                    flush=True,
+                )
+    result = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "triton": __import__("triton").__version__,
+        "command": " ".join(sys.argv),
+        "fp8_inputs": fp8_inputs_check(),
+        "quant_breakdown_ms": quant_breakdown(),
+        "cases": rows,
+    }
+    print("e4m3 inputs (from_fp8, per-tensor descales):", result["fp8_inputs"])
+    print("quantization steps (ms):", result["quant_breakdown_ms"])
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "attention_fp8_bench.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

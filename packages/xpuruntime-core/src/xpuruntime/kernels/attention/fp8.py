@@ -1,0 +1,331 @@
+"""Host side of ``xrt_flash_fp8``: quantization to e4m3 with scales, and the fp8 forward.
+
+Two ways in:
+
+- float16/bfloat16 inputs (the policy precision ``fp8`` for inference): :func:`quantize`
+  writes e4m3 copies with per-block query/key scales and per-channel value scales (the value
+  transposed, as fp8 wgmma needs), then :func:`forward` runs on them; the output keeps the
+  inputs' dtype.
+- e4m3 inputs (``torch.float8_e4m3fn``) with descale factors, FlashAttention-3's convention,
+  through :func:`from_fp8` at this module's level (the native dispatcher has no float8
+  dtype yet, so ``xpuruntime.ops.attention`` does not take them): ``descale = (q_descale,
+  k_descale, v_descale)``, each one float32 value or one per (batch, key/value head); the real
+  tensor is ``x8 · descale``. The value is transposed once (a copy of one byte per element);
+  the output is bfloat16.
+
+Imported only when the kernel runs (it imports torch and Triton).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from xpuruntime.kernels.attention import _fp8_kernels
+from xpuruntime.kernels.attention.launch import (
+    Layout,
+    Varlen,
+    _cdiv,
+    _check_offsets,
+    _Geometry,
+    _geometry,
+    _inner_contiguous,
+    _interpreting,
+    _launch,
+    _length_bucket,
+    _on_device,
+    _run_tiled,
+    _strides,
+)
+from xpuruntime.kernels.attention.tiles import (
+    FP8_SCALE_BLOCK,
+    TileConfig,
+    fp8_candidates,
+    interpreter_tiles,
+)
+from xpuruntime.runtime.errors import InvalidArgumentError
+
+__all__ = ["Quantized", "forward", "from_fp8", "quantize"]
+
+_LOG2E = 1.4426950408889634
+FP8 = torch.float8_e4m3fn
+
+
+@dataclass(frozen=True)
+class Quantized:
+    """e4m3 query, key and transposed value with their float32 scales (real = x8 · scale).
+
+    ``q``/``k`` keep the inputs' layout; ``vt`` is ``(batch, kv_heads, head_dim, seq)``, or
+    ``(kv_heads, head_dim, total)`` packed. ``q_scale``/``k_scale`` are indexed
+    (batch, head, row block of ``FP8_SCALE_BLOCK``), ``v_scale`` (batch, kv head, channel);
+    any of them may broadcast (zero strides).
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    vt: torch.Tensor
+    q_scale: torch.Tensor
+    k_scale: torch.Tensor
+    v_scale: torch.Tensor
+    out_dtype: torch.dtype
+    #: Rows per query/key scale (the attention tiles must divide it).
+    block: int = FP8_SCALE_BLOCK
+
+
+@functools.cache
+def _fix_interpreter_fp8_casts() -> None:
+    """Triton's CPU interpreter (3.6) rounds float32 to float8 e4m3 without carrying a
+    rounded-up mantissa into the exponent (127.9 becomes 64, not 128); convert float8 through
+    PyTorch's exact round-to-nearest-even instead, as the GPU's ``cvt.rn`` does, so the
+    kernels give the GPU's results in the interpreter (tests run there)."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    original = interpreter.InterpreterBuilder.create_fp_to_fp
+
+    def create_fp_to_fp(self: Any, src: Any, dst_type: Any, rounding_mode: Any) -> Any:
+        source, target = src.dtype.scalar, dst_type.scalar
+        if target == tl.float8e4nv and source in (tl.float32, tl.float16):
+            data = torch.from_numpy(np.ascontiguousarray(src.data, dtype=np.float32))
+            bits = data.to(FP8).view(torch.uint8).numpy().reshape(src.data.shape)
+            return interpreter.TensorHandle(bits, target)
+        return original(self, src, dst_type, rounding_mode)
+
+    interpreter.InterpreterBuilder.create_fp_to_fp = create_fp_to_fp
+
+
+def _interpreted() -> bool:
+    if not _interpreting():
+        return False
+    _fix_interpreter_fp8_casts()
+    return True
+
+
+def _vt_strides(vt: torch.Tensor, packed: bool) -> tuple[int, int, int]:
+    if packed:
+        return 0, vt.stride(0), vt.stride(1)
+    return vt.stride(0), vt.stride(1), vt.stride(2)
+
+
+def _quantize_rows(
+    x: torch.Tensor,
+    layout: Layout,
+    cu_seqlens: torch.Tensor | None,
+    seqlen: int,
+    heads: int,
+    batch: int,
+    block: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    y = torch.empty(x.shape, dtype=FP8, device=x.device)
+    blocks = max(_cdiv(seqlen, block), 1)
+    # Blocks past a shorter packed sequence's end keep scale 1 (never read).
+    scale = torch.ones((batch, heads, blocks), dtype=torch.float32, device=x.device)
+    sx, sy = _strides(x, layout), _strides(y, layout)
+    if batch * heads and seqlen:
+        _launch(
+            _fp8_kernels._xrt_attn_quant_rows, (blocks, batch * heads),
+            _quant_tiles(block, x.shape[-1]), x.device,
+            x, y, scale, x if cu_seqlens is None else cu_seqlens,
+            sx.batch, sx.seq, sx.head, sy.batch, sy.seq, sy.head,
+            scale.stride(0), scale.stride(1), seqlen, heads,
+            HEAD_DIM=x.shape[-1], BLOCK=block, VARLEN=cu_seqlens is not None,
+        )  # fmt: skip
+    return y, scale
+
+
+def _quant_tiles(block: int, head_dim: int) -> TileConfig:
+    # One program per block of rows: more warps for larger tiles keep registers bounded.
+    return TileConfig(block, 0, 8 if block * head_dim > 8192 else 4, 1)
+
+
+def _value_scale(v: torch.Tensor, layout: Layout) -> torch.Tensor:
+    """(batch, kv_heads, head_dim) channel scales of the value: max |v| over the sequence
+    (over all packed tokens for ``thd``, broadcast to every sequence) / 448."""
+    if layout == "thd":
+        amax = torch.linalg.vector_norm(v, math.inf, dim=0, dtype=torch.float32)[None]
+    else:
+        amax = torch.linalg.vector_norm(
+            v, math.inf, dim=1 if layout == "bshd" else 2, dtype=torch.float32
+        )
+    return torch.where(amax > 0, amax / torch.finfo(FP8).max, 1.0)
+
+
+def quantize(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    layout: Layout,
+    varlen: Varlen | None = None,
+    stream: int | None = None,
+    block: int = FP8_SCALE_BLOCK,
+) -> Quantized:
+    """e4m3 copies of float16/bfloat16 ``q``, ``k``, ``v`` with per-block query/key scales
+    (``block`` rows of one head) and per-channel value scales."""
+    _interpreted()  # applies the interpreter's float8 fix before a CPU run
+    q, k, v = (_inner_contiguous(x) for x in (q, k, v))
+    g = _geometry(q, k, layout, varlen)
+    cu_q = None if varlen is None else varlen.cu_seqlens_q
+    cu_k = None if varlen is None else varlen.cu_seqlens_k
+    with _on_device(q.device, stream):
+        q8, q_scale = _quantize_rows(q, layout, cu_q, g.seqlen_q, g.heads, g.batch, block)
+        k8, k_scale = _quantize_rows(k, layout, cu_k, g.seqlen_k, g.kv_heads, g.batch, block)
+        v_scale = _value_scale(v, layout)
+        if layout == "thd":
+            vt = torch.empty((g.kv_heads, g.head_dim, v.shape[0]), dtype=FP8, device=v.device)
+        else:
+            vt = torch.empty(
+                (g.batch, g.kv_heads, g.head_dim, g.seqlen_k), dtype=FP8, device=v.device
+            )
+        sv = _strides(v, layout)
+        if g.seqlen_k > 0 and g.batch * g.kv_heads > 0:
+            _launch(
+                _fp8_kernels._xrt_attn_quant_vt,
+                (_cdiv(g.seqlen_k, block), g.batch * g.kv_heads),
+                _quant_tiles(block, g.head_dim), v.device,
+                v, vt, v_scale, v if cu_k is None else cu_k, sv.batch, sv.seq, sv.head,
+                *_vt_strides(vt, layout == "thd"),
+                0 if layout == "thd" else v_scale.stride(0), v_scale.stride(1),
+                g.seqlen_k, g.kv_heads,
+                HEAD_DIM=g.head_dim, BLOCK=block, VARLEN=varlen is not None,
+            )  # fmt: skip
+    return Quantized(q8, k8, vt, q_scale, k_scale, v_scale, q.dtype, block)
+
+
+def _descale(
+    name: str, d: torch.Tensor, batch: int, kv_heads: int, device: torch.device
+) -> torch.Tensor:
+    """A descale factor as a (batch, kv_heads) float32 view (broadcast where it is one value)."""
+    if not isinstance(d, torch.Tensor) or d.dtype != torch.float32 or d.device != device:
+        raise InvalidArgumentError(
+            f"attention: {name} must be a float32 tensor on {device} (one value, or one per "
+            f"(batch, key/value head)), got {type(d).__name__}"
+            + (f" {d.dtype} on {d.device}" if isinstance(d, torch.Tensor) else "")
+        )
+    if d.numel() == 1:
+        return d.reshape(1, 1).expand(batch, kv_heads)
+    if tuple(d.shape) != (batch, kv_heads):
+        raise InvalidArgumentError(
+            f"attention: {name} must hold one value or one per (batch, key/value head) "
+            f"= {(batch, kv_heads)}, got shape {tuple(d.shape)}"
+        )
+    return d
+
+
+def from_fp8(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    descale: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    *,
+    layout: Layout,
+    varlen: Varlen | None = None,
+) -> Quantized:
+    """e4m3 inputs with FlashAttention-3-style descale factors, as :class:`Quantized` (the
+    value transposed; the scales as broadcast views, no copies)."""
+    if not (q.dtype == k.dtype == v.dtype == FP8):
+        raise InvalidArgumentError(
+            f"attention: descale factors go with float8_e4m3fn inputs, got {q.dtype}"
+        )
+    q, k, v = (_inner_contiguous(x) for x in (q, k, v))
+    g = _geometry(q, k, layout, varlen)
+    batch = g.batch
+    qd, kd, vd = (
+        _descale(name, d, batch, g.kv_heads, q.device)
+        for name, d in zip(("q_descale", "k_descale", "v_descale"), descale, strict=True)
+    )
+    group = g.heads // g.kv_heads
+    # Query head h reads its key/value head's factor; one factor for every row block.
+    q_scale = qd.repeat_interleave(group, 1)[:, :, None]
+    k_scale = kd[:, :, None]
+    v_scale = vd[:, :, None].expand(-1, -1, g.head_dim)
+    if layout == "thd":
+        vt = v.permute(1, 2, 0).contiguous()
+    else:
+        vt = (v.permute(0, 2, 3, 1) if layout == "bshd" else v.transpose(2, 3)).contiguous()
+    return Quantized(q, k, vt, q_scale, k_scale, v_scale, torch.bfloat16)
+
+
+def _scale_strides(x: torch.Tensor) -> tuple[int, int, int]:
+    # A scale with one row block is read at index 0 only: stride 0 reads it for every block.
+    return x.stride(0), x.stride(1), x.stride(2) if x.shape[2] > 1 else 0
+
+
+def forward(
+    qz: Quantized,
+    *,
+    causal: bool,
+    scale: float | None,
+    layout: Layout,
+    varlen: Varlen | None = None,
+    stream: int | None = None,
+    tiles: TileConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """(output, log-sum-exp, detail) of attention on quantized inputs; as
+    :func:`launch.forward`, the output in ``qz.out_dtype``."""
+    q, k, vt = qz.q, qz.k, qz.vt
+    g: _Geometry = _geometry(q, k, layout, varlen)
+    scale = 1.0 / math.sqrt(g.head_dim) if scale is None else float(scale)
+    out = torch.empty(q.shape, dtype=qz.out_dtype, device=q.device)
+    if layout == "thd":
+        lse = torch.empty((g.heads, q.shape[0]), dtype=torch.float32, device=q.device)
+        lse_strides = (0, lse.stride(0))
+    else:
+        lse = torch.empty((g.batch, g.heads, g.seqlen_q), dtype=torch.float32, device=q.device)
+        lse_strides = (lse.stride(0), lse.stride(1))
+    sq, sk, so = (_strides(x, layout) for x in (q, k, out))
+    _check_offsets("query", q, sq, g.seqlen_q)
+    _check_offsets("key", k, sk, g.seqlen_k)
+    if g.batch * g.heads == 0 or g.seqlen_q == 0:
+        return out, lse.fill_(float("-inf")), "empty input"
+    cu_q = varlen.cu_seqlens_q if varlen else q  # unused pointer when dense
+    cu_k = varlen.cu_seqlens_k if varlen else q
+    vs = qz.v_scale
+
+    def launch(t: TileConfig) -> None:
+        grid = (_cdiv(g.seqlen_q, t.block_m), g.batch * g.heads)
+        _launch(
+            _fp8_kernels._xrt_attn_fwd_fp8, grid, t, q.device,
+            q, k, vt, qz.q_scale, qz.k_scale, vs, out, lse, cu_q, cu_k,
+            sq.batch, sq.seq, sq.head, sk.batch, sk.seq, sk.head,
+            *_vt_strides(vt, layout == "thd"), so.batch, so.seq, so.head, *lse_strides,
+            *_scale_strides(qz.q_scale), *_scale_strides(qz.k_scale),
+            0 if vs.shape[0] == 1 else vs.stride(0), vs.stride(1), vs.stride(2),
+            g.seqlen_q, g.seqlen_k, g.heads, g.heads // g.kv_heads, scale * _LOG2E,
+            HEAD_DIM=g.head_dim, BLOCK_M=t.block_m, BLOCK_N=t.block_n,
+            SCALE_BLOCK=qz.block, CAUSAL=causal, VARLEN=varlen is not None,
+        )  # fmt: skip
+
+    with _on_device(q.device, stream):
+        if tiles is not None:
+            launch(tiles)
+            detail = tiles.describe() + " (given)"
+        else:
+            from xpuruntime.kernels.attention.launch import _capability
+
+            options = tuple(
+                t
+                for t in (
+                    interpreter_tiles("forward")
+                    if _interpreted()
+                    else fp8_candidates(g.head_dim, _capability(q.device))
+                )
+                if qz.block % t.block_m == 0 and qz.block % t.block_n == 0
+            )
+            key = (
+                "forward_fp8",
+                _capability(q.device),
+                g.head_dim,
+                causal,
+                qz.out_dtype,
+                qz.block,
+                varlen is not None,
+                _length_bucket(g.seqlen_q, g.seqlen_k),
+            )
+            detail = _run_tiled(key, options, launch, q.device)
+    return out, lse, "triton fp8 e4m3 forward " + detail

@@ -1,0 +1,240 @@
+"""xrt_flash_fp8, the float8 (e4m3) attention forward for inference.
+
+Without Triton (the core's CPU test environment): registration and its order (the automatic
+choice), the policy vocabulary, the support check's reasons, and a pinned policy's error.
+In Triton's CPU interpreter (``TRITON_INTERPRET=1``, ``nox -s attention``): the kernels
+themselves on CPU tensors, against float32 references. float8 rounding there goes through
+PyTorch's exact conversion (fp8._fix_interpreter_fp8_casts), so the interpreter computes
+what the GPU's ``cvt.rn`` does; the GPU's own fp8 tensor cores run in
+``benchmarks/attention_fp8_bench.py`` and ``scripts/gpu_phases/attention_fp8.sh``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+from typing import Any
+
+import pytest
+
+import xpuruntime.runtime as rt
+from xpuruntime.kernels.attention import (
+    FP8_KERNEL,
+    FP8_LIBRARY,
+    KERNEL,
+    fp8_unsupported_reason,
+    query_shape,
+)
+from xpuruntime.policies import KernelPolicy
+from xpuruntime.policies.vocabulary import find_kernel
+from xpuruntime.runtime.errors import InvalidArgumentError, UnsupportedOperationError
+
+PIN = KernelPolicy(attention=FP8_KERNEL)
+# Triton's interpreter converts one-element arrays to loop bounds (NumPy deprecates that).
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Conversion of an array with ndim:DeprecationWarning"
+)
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+needs_interpreter = pytest.mark.skipif(
+    not (INTERPRETED and importlib.util.find_spec("torch") and importlib.util.find_spec("triton")),
+    reason="fp8 kernels run on a GPU of compute capability 8.9+ or in Triton's CPU interpreter "
+    "(TRITON_INTERPRET=1 with torch and triton: nox -s attention)",
+)
+
+
+def _shape(**change: Any) -> list[int]:
+    fields: dict[str, Any] = dict(
+        batch=2, seqlen_q=64, seqlen_k=64, heads=8, kv_heads=2, head_dim=128, causal=False,
+        varlen=False,
+    )  # fmt: skip
+    fields.update(change)
+    return query_shape(**fields)
+
+
+def test_fp8_is_registered_after_xrt_flash() -> None:
+    # The automatic choice takes the first kernel that can run a call: float16/bfloat16 calls
+    # stay on the exact kernel; only a policy naming the fp8 one runs it.
+    names = [(k.name, k.library) for k in rt.dispatcher.kernels("attention")]
+    assert names[:2] == [(KERNEL, "xpuruntime Triton"), (FP8_KERNEL, FP8_LIBRARY)]
+
+
+def test_policy_vocabulary_names_the_fp8_kernel() -> None:
+    spec = find_kernel("attention", FP8_KERNEL)
+    assert spec.devices == frozenset({"cuda"})
+    assert spec.engines == frozenset({"xpuruntime"})
+    assert PIN.get("attention") == FP8_KERNEL
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"dtype": "float32"}, "takes float16/bfloat16 inputs (quantized to float8 e4m3 inside)"),
+        ({"head_dim": 32}, "head sizes 64, 128, 256, not 32"),
+        ({"heads": 6, "kv_heads": 4}, "query heads (6) must be a multiple of key/value heads (4)"),
+        ({"device": "cpu"}, "compute capability 8.9 or newer"),
+        ({"device": "npu:0"}, "runs on CUDA devices, not npu:0"),
+    ],
+)
+def test_fp8_unsupported_reasons(
+    change: dict[str, Any], expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    dtype, device = change.pop("dtype", "bfloat16"), change.pop("device", "cpu")
+    assert expected in fp8_unsupported_reason("attention", _shape(**change), dtype, device)
+
+
+def test_fp8_reason_for_other_ops_and_shapes() -> None:
+    assert "implements attention, not matmul" in fp8_unsupported_reason(
+        "matmul", _shape(), "bfloat16", "cuda:0"
+    )
+    assert "expects the attention query shape" in fp8_unsupported_reason(
+        "attention", [1, 2], "bfloat16", "cuda:0"
+    )
+
+
+def test_pinned_fp8_that_cannot_run_raises_with_the_reason() -> None:
+    with pytest.raises(UnsupportedOperationError, match=r"pins attention to 'xrt_flash_fp8'.*32"):
+        rt.dispatcher.resolve("attention", _shape(head_dim=32), "bfloat16", "cuda:0", PIN)
+
+
+# --- the kernels, in Triton's CPU interpreter --------------------------------------------
+
+
+def _inputs(
+    batch: int, heads: int, kv_heads: int, seq: int, dim: int, dtype: Any, seed: int = 0
+) -> tuple[Any, Any, Any]:
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, heads, seq, dim, generator=gen).to(dtype)
+    k = torch.randn(batch, kv_heads, seq, dim, generator=gen).to(dtype)
+    v = torch.randn(batch, kv_heads, seq, dim, generator=gen).to(dtype)
+    return q, k, v
+
+
+def _reference(q: Any, k: Any, v: Any, causal: bool) -> tuple[Any, Any]:
+    """float32 attention on (batch, heads, seq, dim): (output, natural-log lse)."""
+    import torch
+
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1).float(), v.repeat_interleave(group, 1).float()
+    scores = q.float() @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        keep = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    return torch.softmax(scores, -1) @ v, torch.logsumexp(scores, -1)
+
+
+def _relative(actual: Any, expected: Any) -> float:
+    return float((actual.float() - expected).norm() / expected.norm())
+
+
+def _dequantized(qz: Any, seq: int) -> tuple[Any, Any, Any]:
+    """The real-valued tensors the fp8 kernel sees: x8 · scale, (batch, heads, seq, dim)."""
+    rows = qz.block
+    q = qz.q.float() * qz.q_scale.repeat_interleave(rows, 2)[:, :, :seq, None]
+    k = qz.k.float() * qz.k_scale.repeat_interleave(rows, 2)[:, :, :seq, None]
+    v = qz.vt.float().transpose(2, 3) * qz.v_scale[:, :, None, :]
+    return q, k, v
+
+
+@needs_interpreter
+@pytest.mark.parametrize(("kv_heads", "causal"), [(2, False), (1, True), (4, True)])
+def test_fp8_forward_matches_the_reference_of_its_quantized_inputs(
+    kv_heads: int, causal: bool
+) -> None:
+    import torch
+
+    from xpuruntime.kernels.attention import fp8
+
+    q, k, v = _inputs(2, 4, kv_heads, 70, 64, torch.bfloat16)
+    qz = fp8.quantize(q, k, v, layout="bhsd", block=32)  # 70 rows: three scale blocks
+    out, lse, detail = fp8.forward(qz, causal=causal, scale=None, layout="bhsd")
+    assert out.dtype == torch.bfloat16
+    assert "fp8 e4m3 forward" in detail
+    exact_out, exact_lse = _reference(*_dequantized(qz, 70), causal)
+    # What remains is the probabilities' e4m3 rounding (3 mantissa bits) and bf16 output.
+    assert _relative(out, exact_out) < 0.03
+    assert (lse - exact_lse).abs().max().item() < 1e-3
+    # Against the unquantized bf16 inputs: e4m3's error, about 5% on Gaussian data.
+    true_out, true_lse = _reference(q, k, v, causal)
+    assert _relative(out, true_out) < 0.08
+    assert (lse - true_lse).abs().max().item() < 0.2
+
+
+@needs_interpreter
+def test_ops_attention_pinned_to_fp8_runs_and_records_it() -> None:
+    import torch
+
+    import xpuruntime.ops as ops
+    from xpuruntime.runtime.record import ExecutionRecord
+
+    q, k, v = _inputs(1, 2, 2, 40, 64, torch.float16)
+    record = ExecutionRecord(kind="inference")
+    out = ops.attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), policy=PIN, record=record
+    )
+    assert out.dtype == torch.float16
+    assert out.shape == (1, 40, 2, 64)
+    assert _relative(out.transpose(1, 2), _reference(q, k, v, False)[0]) < 0.08
+    (entry,) = record.decisions
+    assert entry.kernel == FP8_KERNEL
+    assert "fp8 e4m3 forward" in entry.reason
+    # Without a policy the same call stays on the exact kernel.
+    ops.attention(q, k, v, layout="bhsd")
+    decision = ops.last_decision()
+    assert decision is not None
+    assert decision.kernel == KERNEL
+    grad = out.transpose(1, 2)
+    with pytest.raises(UnsupportedOperationError, match="forward for inference"):
+        ops.attention_backward(
+            grad, q, k, v, grad, torch.zeros(1, 2, 40), layout="bhsd", policy=PIN
+        )
+
+
+@needs_interpreter
+def test_fp8_packed_sequences_with_an_empty_one() -> None:
+    import torch
+
+    import xpuruntime.ops as ops
+
+    lengths = [40, 0, 50, 1]
+    cu = torch.tensor([0, 40, 40, 90, 91], dtype=torch.int32)
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(91, 4, 64, generator=gen).half()
+    k, v = (torch.randn(91, 2, 64, generator=gen).half() for _ in range(2))
+    out, lse = ops.attention(
+        q, k, v, causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu, return_lse=True, policy=PIN
+    )
+    for start, length in zip(cu[:-1].tolist(), lengths, strict=True):
+        if not length:
+            continue
+        rows = slice(start, start + length)
+        qs, ks, vs = (x[rows].transpose(0, 1)[None] for x in (q, k, v))
+        want, want_lse = _reference(qs, ks, vs, True)
+        assert _relative(out[rows].transpose(0, 1)[None], want) < 0.08
+        assert (lse[:, rows] - want_lse[0]).abs().max().item() < 0.2
+
+
+@needs_interpreter
+def test_e4m3_inputs_with_descale_factors() -> None:
+    import torch
+
+    from xpuruntime.kernels.attention import fp8
+
+    q, k, v = (x.float() * 3 for x in _inputs(2, 4, 2, 33, 64, torch.float32))
+    descale = [(x.abs().amax() / 448).reshape(1) for x in (q, k, v)]
+    q8, k8, v8 = ((x / d).to(fp8.FP8) for x, d in zip((q, k, v), descale, strict=True))
+    per_head = descale[1].expand(2, 2).contiguous()  # one factor per (batch, kv head)
+    qz = fp8.from_fp8(q8, k8, v8, (descale[0], per_head, descale[2]), layout="bhsd")
+    out, _, _ = fp8.forward(qz, causal=False, scale=None, layout="bhsd")
+    assert out.dtype == torch.bfloat16
+    qr, kr, vr = (x8.float() * d for x8, d in zip((q8, k8, v8), descale, strict=True))
+    assert _relative(out, _reference(qr, kr, vr, False)[0]) < 0.03
+    with pytest.raises(InvalidArgumentError, match=r"one per \(batch, key/value head\)"):
+        fp8.from_fp8(q8, k8, v8, (descale[0], torch.ones(3), descale[2]), layout="bhsd")
+    with pytest.raises(InvalidArgumentError, match="k_descale must be a float32 tensor"):
+        fp8.from_fp8(q8, k8, v8, (descale[0], descale[1].double(), descale[2]), layout="bhsd")
+    with pytest.raises(InvalidArgumentError, match="go with float8_e4m3fn inputs"):
+        fp8.from_fp8(q, k, v, (descale[0], descale[1], descale[2]), layout="bhsd")

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# GPU phase: xrt_flash_fp8 (float8 e4m3 forward). compute-sanitizer memcheck and racecheck
+# over tiny calls (every tile candidate, GQA/MQA, packed sequences with an empty one, e4m3
+# inputs), the benchmark against xrt_flash bf16, cuDNN and SDPA-flash (every fp8 tile
+# candidate timed too), and an Nsight Compute profile of one fp8 forward beside cuDNN's.
+# FP8_PARTS picks some of "sanitize bench profile" (default: all); FP8_BENCH_ARGS adds flags.
+set -uo pipefail
+LOGS=${1:-.}
+mkdir -p "$LOGS"
+export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
+SCRIPT=benchmarks/attention_fp8_bench.py
+status=0
+for part in ${FP8_PARTS:-sanitize bench profile}; do
+  case $part in
+    sanitize)
+      # Compile once outside the sanitizer; the caching allocator would hide overruns.
+      python3 "$SCRIPT" --sanitize-calls >"$LOGS/fp8_sanitize_warmup.log" 2>&1 ||
+        { tail -20 "$LOGS/fp8_sanitize_warmup.log"; status=1; continue; }
+      for tool in memcheck racecheck; do
+        PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$tool" --print-limit 20 \
+          python3 "$SCRIPT" --sanitize-calls >"$LOGS/fp8_sanitize_$tool.log" 2>&1
+        rc=$?
+        echo "$tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/fp8_sanitize_$tool.log" | tail -1)"
+        [ $rc -eq 0 ] || status=1
+      done ;;
+    bench)
+      # shellcheck disable=SC2086
+      python3 "$SCRIPT" --out "$LOGS" ${FP8_BENCH_ARGS:-} 2>&1 | tee "$LOGS/fp8_bench.log" || status=1 ;;
+    profile)
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+      "$NCU" --profile-from-start off --set full --import-source no -f -o /tmp/fp8_fwd \
+        python3 "$SCRIPT" --profile-calls >"$LOGS/fp8_ncu_run.log" 2>&1 ||
+        { tail -20 "$LOGS/fp8_ncu_run.log"; status=1; continue; }
+      "$NCU" --import /tmp/fp8_fwd.ncu-rep --page details \
+        --section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy \
+        --section LaunchStats --section WarpStateStats --section SchedulerStats \
+        >"$LOGS/fp8_fwd_details.txt" 2>&1
+      grep -E "^  [A-Za-z_].*\(|Duration|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy|Block Size|Grid Size|Dynamic Shared" \
+        "$LOGS/fp8_fwd_details.txt" | head -60 ;;
+    *) echo "attention_fp8: unknown part $part"; status=1 ;;
+  esac
+done
+exit $status
