@@ -339,6 +339,7 @@ def tests(session: nox.Session, member: str) -> None:
 # So this environment is the torch suite's locked one with these two deliberately on top.
 ATTENTION_TESTS = [
     "packages/xpuruntime-core/tests/test_attention_interpreter.py",
+    "packages/xpuruntime-core/tests/test_attention_fp8.py",
     "packages/xpuruntime-torch/tests/test_xrt_attention.py",
 ]
 ATTENTION_DEPS = ["triton==3.6.0", "numpy>=1.24,<2.4"]
