@@ -23,7 +23,7 @@ import xpuruntime.pytorch.distributed as xdist
 from xpuruntime.policies import CollectivePolicy, ExecutionPolicy
 from xpuruntime.policies.errors import PolicyConflictError, PolicyValidationError
 from xpuruntime.pytorch.distributed import process_group
-from xpuruntime.pytorch.distributed.choices import judge
+from xpuruntime.pytorch.distributed.choices import decisions, judge
 from xpuruntime.pytorch.distributed.nccl_log import (
     CollectiveChoice,
     DebugLog,
@@ -271,6 +271,82 @@ def test_judging_against_the_pins() -> None:
     assert (free.pinned, free.fell_back) == (False, False)
 
 
+# NCCL's own report of each collective (src/enqueue.cc), and what a tree pin makes of it.
+TREE_PIN_LINES = {
+    "AllReduce: 1048576 Bytes -> Algo TREE proto SIMPLE channel{Lo..Hi}={0..3}": (
+        "honoured",
+        "pin",
+    ),
+    "Broadcast: 4096 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..1}": (
+        "not_applicable",
+        "not_applicable",
+    ),
+    "AllGather: 4096 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..1}": (
+        "not_applicable",
+        "not_applicable",
+    ),
+    "AllReduce: 256 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..0}": (
+        "not_honoured",
+        "pin",
+    ),
+}
+
+
+@pytest.mark.parametrize(("line", "expected"), TREE_PIN_LINES.items())
+def test_a_tree_pin_is_honoured_not_applicable_or_not_honoured_per_collective(
+    line: str, expected: tuple[str, str]
+) -> None:
+    parsed = parse_line(PREFIX + line)
+    assert isinstance(parsed, CollectiveChoice)
+    tree = CollectivePolicy(algorithm="tree")
+    assert judge(parsed, tree).outcome == expected[0]
+    (decision,) = decisions({parsed: 1}, tree)
+    assert decision.mode == expected[1]
+    assert decision.status == ("fallen_back" if expected[0] == "not_honoured" else "decided")
+    # Without a pin nothing is claimed pinned, honoured or not applicable.
+    assert judge(parsed, CollectivePolicy()).outcome == "free"
+
+
+def test_on_gloo_the_collective_policy_is_not_applicable_never_honoured(
+    clean_process: None, tmp_path: Path
+) -> None:
+    """A real gloo process group (world size 1): NCCL never runs, so no NCCL setting is
+    honoured and no collective decision is recorded, even under fallback='error'."""
+    import torch
+    import torch.distributed as dist
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    policy = ExecutionPolicy(
+        fallback="error", collectives=CollectivePolicy(algorithm="ring", protocol="simple")
+    )
+    xdist.init_process_group(
+        "gloo",
+        policy=policy,
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=0,
+        world_size=1,
+        log_dir=tmp_path,
+    )
+    try:
+        total = torch.ones(4)
+        dist.all_reduce(total)
+        dist.broadcast(total, src=0)
+        record = xdist.collective_record()
+    finally:
+        dist.destroy_process_group()
+    assert record.engine is not None
+    assert record.engine.chosen == "torch.distributed gloo"
+    assert record.decisions == []
+    assert record.fallbacks == []
+    algorithm = next(s for s in record.settings if s.name == "collectives.algorithm")
+    assert not algorithm.honoured
+    assert "not applicable: the process group's backend is gloo" in algorithm.note
+    assert not any(s.honoured for s in record.settings)
+    assert any("collective policy is not applicable" in note for note in record.notes)
+
+
 # -- applying and reading back in this process --------------------------------------------------
 
 
@@ -374,9 +450,11 @@ def test_the_record_shows_what_nccl_read_and_ran(clean_process: None, tmp_path: 
     record = xdist.collective_record()
     assert [(d.op, d.kernel, d.mode, d.shape, d.status) for d in record.decisions] == [
         ("AllReduce", "tree/ll128", "pin", "1048576 bytes", "decided"),
-        ("Broadcast", "ring/ll", "auto", "4096 bytes", "decided"),
+        # The tree pin does not bind Broadcast (NCCL has no tree Broadcast): not "pin".
+        ("Broadcast", "ring/ll", "not_applicable", "4096 bytes", "decided"),
     ]
-    assert record.decisions[0].reason.startswith("NCCL's tuner: 2 call(s); channels 0..3")
+    assert record.decisions[0].reason.startswith("pinned tree/* honoured: 2 call(s); channels 0..3")
+    assert "'tree' does not apply to Broadcast" in record.decisions[1].reason
     channels = next(s for s in record.settings if s.name == "collectives.max_channels")
     assert (channels.honoured, channels.note) == (True, "NCCL read NCCL_MAX_NCHANNELS=4")
     assert record.fallbacks == []

@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from xpuruntime.policies.lock import Candidate, LockedChoice, LockEntry, Signature
+from xpuruntime.runtime.decisions import Decisions
 from xpuruntime.runtime.dispatch import dispatcher
 from xpuruntime.runtime.lockstore import (
     LockStore,
@@ -41,7 +42,6 @@ from xpuruntime.runtime.lockstore import (
     environment_differences,
     lock_store,
     new_entry,
-    replay_fallback,
 )
 from xpuruntime.runtime.record import ExecutionRecord
 
@@ -100,16 +100,33 @@ class CoreLock:
     def __init__(self, policy: ExecutionPolicy, record: ExecutionRecord | None = None) -> None:
         if policy.lock == "off" or policy.lock_file is None:
             raise ValueError("CoreLock needs a policy with lock='record' or 'replay'")
-        self.policy = policy
         self.mode = policy.lock
         self.store: LockStore = lock_store(policy.lock_file)
-        self.record = record if record is not None else ExecutionRecord(kind="training")
+        self.decisions = Decisions(
+            policy,
+            record=record if record is not None else ExecutionRecord(kind="training"),
+            lock=self.store,
+        )
         # Signatures locked only in other environments: why each was not handed over.
         self._foreign: dict[Signature, str] = {}
         self._mutex = threading.Lock()
 
     def __repr__(self) -> str:
         return f"CoreLock({self.mode!r}, {str(self.store.path)!r})"
+
+    @property
+    def policy(self) -> ExecutionPolicy:
+        """The policy the lock runs under."""
+        return self.decisions.policy
+
+    @property
+    def record(self) -> ExecutionRecord:
+        """The record lock problems go into."""
+        return self.decisions.record
+
+    def follow(self, policy: ExecutionPolicy, record: ExecutionRecord | None) -> None:
+        """Keep the lock, under a new policy of the same lockfile (and its record)."""
+        self.decisions = Decisions(policy, record=record or self.record, lock=self.store)
 
     def start(self) -> None:
         """Put the dispatcher in this lock's mode (cached decisions are forgotten)."""
@@ -143,13 +160,11 @@ class CoreLock:
                 reason = f"locked in another environment: {self._foreign[signature]}"
             else:
                 reason = str(problem.get("reason") or "this signature is not in the lockfile")
-            replay_fallback(
-                self.record,
+            self.decisions.replay_fallback(
                 what=_describe(problem),
                 locked=str(problem.get("kernel") or "a locked decision"),
                 chosen="the dispatcher's own decision",
                 reason=reason,
-                mode=self.policy.fallback,
             )
 
     def entries(self) -> list[LockEntry]:
@@ -212,7 +227,7 @@ def activate(policy: ExecutionPolicy, record: ExecutionRecord | None = None) -> 
         if _active:
             current = _active.pop()
             if (current.policy.lock, current.policy.lock_file) == (policy.lock, policy.lock_file):
-                current.policy, current.record = policy, record or current.record
+                current.follow(policy, record)
                 _active.append(current)
                 return current
             current.stop()

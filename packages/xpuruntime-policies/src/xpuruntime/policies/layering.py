@@ -25,6 +25,7 @@ silently.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import typing
@@ -101,7 +102,7 @@ def layered_policy(
     elif base is not None:
         data = load_policy(base, format=format).to_dict()
         _note(sources, _non_default_paths(data), f"{POLICY_LAYER} {base}")
-    from_env, variables = _environment_layer_with_names(env)
+    from_env, variables = _environment_layer_with_names(policy_variables(env))
     if from_env:
         data = merge(data, from_env)
         PolicyDocument.from_dict(data, source=f"environment ({ENV_PREFIX}*)")
@@ -159,21 +160,71 @@ def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any
 
 def environment_layer(environ: Mapping[str, str]) -> dict[str, Any]:
     """The partial document the ``XPURUNTIME_POLICY_*`` variables in ``environ`` describe."""
-    return _environment_layer_with_names(environ)[0]
+    return _environment_layer_with_names(policy_variables(environ))[0]
+
+
+def _encoded_environ() -> tuple[dict[Any, Any], Any, Any] | None:
+    """CPython's table of the encoded variables behind ``os.environ`` (updated in place by
+    every change through ``os.environ``), the encoded NUL and ``NUL + ENV_PREFIX``; None
+    where this Python keeps no such table."""
+    data = getattr(os.environ, "_data", None)
+    encode = getattr(os.environ, "encodekey", None)
+    if not isinstance(data, dict) or encode is None:
+        return None
+    return data, encode("\0"), encode("\0" + ENV_PREFIX)
+
+
+_ENCODED = _encoded_environ()
+
+
+def policy_variables(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The ``XPURUNTIME_POLICY_*`` variables of ``environ``, sorted: all the environment
+    layer depends on, so a caller can key a cache on it.
+
+    For ``os.environ`` a search of CPython's encoded table decides first whether there is
+    any: decoding every variable of the process (what iterating ``os.environ`` does) costs
+    more than the rest of a policy scope.
+    """
+    if environ is os.environ and _ENCODED is not None:
+        # One search in C over the joined names (a name holds no NUL) answers the usual
+        # case, no policy variable, without a Python loop over the environment.
+        data, separator, marker = _ENCODED
+        if marker not in separator + separator.join(data):
+            return ()
+    return tuple(sorted((k, v) for k, v in environ.items() if k.startswith(ENV_PREFIX)))
+
+
+#: Environment layers already read, by the variables they were read from. A policy scope
+#: layers the environment on every entry; the variables rarely change.
+_ENVIRONMENT_LAYERS: dict[tuple[tuple[str, str], ...], tuple[dict[str, Any], dict[str, str]]] = {}
+_ENVIRONMENT_LAYERS_KEPT = 32
 
 
 def _environment_layer_with_names(
-    environ: Mapping[str, str],
+    variables: tuple[tuple[str, str], ...],
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """The environment's partial document and, per dotted setting, the variable that set it."""
+    """The environment's partial document and, per dotted setting, the variable that set it
+    (the caller must not change either: both are shared by every caller with the same
+    variables)."""
+    cached = _ENVIRONMENT_LAYERS.get(variables)
+    if cached is None:
+        cached = _read_environment_layer(variables)
+        if len(_ENVIRONMENT_LAYERS) >= _ENVIRONMENT_LAYERS_KEPT:
+            _ENVIRONMENT_LAYERS.clear()
+        _ENVIRONMENT_LAYERS[variables] = cached
+    return cached
+
+
+def _read_environment_layer(
+    variables: tuple[tuple[str, str], ...],
+) -> tuple[dict[str, Any], dict[str, str]]:
     settings = _environment_settings()
     names: dict[str, str] = {}
     execution: dict[str, Any] = {}
     kernel: dict[str, Any] = {}
-    for name in sorted(environ):
-        if not name.startswith(ENV_PREFIX) or name == FILE_VARIABLE:
+    for name, raw in variables:
+        if name == FILE_VARIABLE:
             continue
-        raw = environ[name]
         if name == _KERNEL_PREFIX + "STRATEGY":
             kernel["strategy"] = raw
             names["kernel.strategy"] = name
@@ -201,6 +252,7 @@ def _environment_layer_with_names(
     return layer, names
 
 
+@functools.cache
 def _environment_settings() -> dict[str, tuple[str | None, str, Any]]:
     """Variable name -> (sub-mapping, setting, type) for every execution setting."""
     names: dict[str, tuple[str | None, str, Any]] = {}
@@ -258,7 +310,8 @@ def _leaf_paths(partial: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
         if not prefix and key == "schema_version":
             continue
         path = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, Mapping) and value and path not in _OPAQUE_MAPPINGS:
+        if isinstance(value, Mapping) and path not in _OPAQUE_MAPPINGS:
+            # An empty mapping sets nothing: naming the whole section as set would be false.
             yield from _leaf_paths(value, path)
         else:
             yield path
@@ -266,14 +319,20 @@ def _leaf_paths(partial: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
 
 def _non_default_paths(document: Mapping[str, Any]) -> Iterator[str]:
     """Paths of a full document whose value differs from the defaults' document."""
-    defaults = dict(_leaf_values(PolicyDocument(execution=ExecutionPolicy()).to_dict()))
-    defaults.update(_leaf_values(PolicyDocument(kernel=KernelPolicy()).to_dict()))
+    defaults = _default_values()
     for path, value in _leaf_values(document):
         if defaults.get(path, _ABSENT) != value:
             yield path
 
 
 _ABSENT = object()
+
+
+@functools.cache
+def _default_values() -> dict[str, Any]:
+    defaults = dict(_leaf_values(PolicyDocument(execution=ExecutionPolicy()).to_dict()))
+    defaults.update(_leaf_values(PolicyDocument(kernel=KernelPolicy()).to_dict()))
+    return defaults
 
 
 def _leaf_values(partial: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:

@@ -30,18 +30,16 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend
 
 from xpuruntime.policies.lock import LockedChoice, LockEntry, Signature
+from xpuruntime.pytorch import _state
 from xpuruntime.pytorch.mapping import ATTENTION_BACKENDS
 from xpuruntime.pytorch.switches import SWITCHES, read_all, torch_version, write_changed
-from xpuruntime.runtime.lockstore import (
-    LockStore,
-    find_replayable,
-    lock_store,
-    new_entry,
-    replay_fallback,
-)
+from xpuruntime.runtime import lock as core_lock
+from xpuruntime.runtime.lockstore import LockStore, find_replayable, lock_store, new_entry
+from xpuruntime.runtime.record import DecisionRecord
 
 if TYPE_CHECKING:
     from xpuruntime.policies import ExecutionPolicy, KernelPolicy
+    from xpuruntime.runtime.decisions import Decisions
     from xpuruntime.runtime.record import DecisionStatus, ExecutionRecord
 
 __all__ = ["apply_switch_lock", "attention_kernel", "sdpa_backend"]
@@ -81,8 +79,41 @@ _mutex = threading.Lock()
 _resolved: dict[tuple[str, str, Signature], tuple[str, str]] = {}
 
 
+#: Switches that change nothing a CPU-only process runs: on such a machine they are neither
+#: recorded nor replayed (a CPU run's lock must not name cuBLAS).
+_CUDA_ONLY = frozenset(
+    {
+        "preferred_blas_library",
+        "sdp.flash",
+        "sdp.mem_efficient",
+        "sdp.cudnn",
+        "cuda.matmul.fp32_precision",
+        "cuda.matmul.allow_tf32",
+        "cudnn.conv.fp32_precision",
+        "cudnn.rnn.fp32_precision",
+        "cudnn.allow_tf32",
+        "cudnn.deterministic",
+        "cudnn.enabled",
+        "cudnn.benchmark",
+        "env.CUBLAS_WORKSPACE_CONFIG",
+    }
+)
+
+
 def _device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _lockable(name: str) -> bool:
+    """Whether switch ``name`` decides something here (all do on a CUDA machine)."""
+    return name not in _CUDA_ONLY or torch.cuda.is_available()
+
+
+def _switch_groups() -> list[str]:
+    """The switch groups that decide something here."""
+    return sorted(
+        {op for name, op in _SWITCH_OPS.items() if _lockable(name) and SWITCHES[name].available()}
+    )
 
 
 def _switch_signature(op: str) -> Signature:
@@ -93,15 +124,14 @@ def apply_switch_lock(
     kernel: KernelPolicy | None,
     execution: ExecutionPolicy | None,
     policy_writes: Mapping[str, Any],
-    record: ExecutionRecord,
+    decisions: Decisions,
 ) -> None:
     """Record or replay PyTorch's switches after a policy was applied.
 
     ``policy_writes`` are the switch values the policy itself set: replay never overrides
     those (a locked value that contradicts them is a fallback, with the reason).
     """
-    from xpuruntime.runtime import lock as core_lock
-
+    record = decisions.record
     if execution is None or execution.lock == "off":
         core_lock.deactivate()
         return
@@ -114,6 +144,8 @@ def apply_switch_lock(
     if execution.lock == "record":
         groups: dict[str, dict[str, Any]] = {}
         for name, value in current.items():
+            if not _lockable(name):
+                continue
             groups.setdefault(_SWITCH_OPS.get(name, "other"), {})[name] = value
         entries = [
             new_entry(
@@ -134,30 +166,28 @@ def apply_switch_lock(
         for entry in entries:
             _note(record, entry, "decided", f"switches recorded to {store.path.name}")
         return
-    _replay_switches(store, execution, policy_writes, current, record)
+    _replay_switches(store, policy_writes, current, decisions)
 
 
 def _replay_switches(
     store: LockStore,
-    execution: ExecutionPolicy,
     policy_writes: Mapping[str, Any],
     current: Mapping[str, Any],
-    record: ExecutionRecord,
+    decisions: Decisions,
 ) -> None:
     lock = store.read()
+    record = decisions.record
     target = dict(current)
     locked_ops: list[str] = []
-    for op in sorted({*_SWITCH_OPS.values()}):
+    for op in _switch_groups():
         what = f"PyTorch {op} switches"
         found = find_replayable(lock, _switch_signature(op))
         if not found.entry:
-            replay_fallback(
-                record,
+            decisions.replay_fallback(
                 what=what,
                 locked="locked switches",
                 chosen="the policy's and PyTorch's defaults",
                 reason=found.reason,
-                mode=execution.fallback,
             )
             continue
         conflicts = []
@@ -171,13 +201,11 @@ def _replay_switches(
             else:
                 target[name] = value
         if conflicts:
-            replay_fallback(
-                record,
+            decisions.replay_fallback(
                 what=what,
                 locked=found.entry.chosen(),
                 chosen="the policy's values",
                 reason="; ".join(conflicts),
-                mode=execution.fallback,
             )
         locked_ops.append(op)
     refused = write_changed(target)
@@ -198,13 +226,11 @@ def _replay_switches(
             reasons = [
                 refused.get(name, f"PyTorch reports {name}={v!r}") for name, v in wrong.items()
             ]
-            replay_fallback(
-                record,
+            decisions.replay_fallback(
                 what=f"PyTorch {op} switches",
                 locked=entry.chosen(),
                 chosen=str(wrong),
                 reason="; ".join(reasons),
-                mode=execution.fallback,
             )
         _note(
             record,
@@ -215,8 +241,6 @@ def _replay_switches(
 
 
 def _note(record: ExecutionRecord, entry: LockEntry, status: DecisionStatus, reason: str) -> None:
-    from xpuruntime.runtime.record import DecisionRecord
-
     record.decisions.append(
         DecisionRecord(
             op=entry.op,
@@ -294,9 +318,7 @@ def attention_kernel(
     locked backend with mode ``"locked"`` (the op then runs exactly that backend, and a
     refusal goes through the fallback mode). Each signature is resolved once per process.
     """
-    from xpuruntime.pytorch import policy
-
-    execution = policy.get_execution_policy()
+    execution = _state.get_execution_policy()
     if execution is None or execution.lock == "off" or execution.lock_file is None:
         return kernel, mode
     signature = _signature(query, key, value, attn_mask, dropout_p, is_causal, scale)
@@ -329,8 +351,6 @@ def _record_attention(
     is_causal: bool,
     scale: float | None,
 ) -> tuple[str, str]:
-    from xpuruntime.pytorch import policy
-
     if kernel == "auto":
         chosen = sdpa_backend(query, key, value, attn_mask, dropout_p, is_causal, scale)
         reason = f"PyTorch {torch_version()}'s SDPA selection (torch._fused_sdp_choice)"
@@ -338,7 +358,7 @@ def _record_attention(
         chosen, reason = kernel, f"the kernel policy's {mode} of {kernel}"
     _, op, shape, dtype, device, layout, _ = signature
     assert execution.lock_file is not None
-    combined = execution.replace(kernel_policy=policy.get_kernel_policy())
+    combined = execution.replace(kernel_policy=_state.get_kernel_policy())
     lock_store(execution.lock_file).record(
         [
             new_entry(
@@ -362,15 +382,13 @@ def _record_attention(
 
 
 def _replay_attention(execution: ExecutionPolicy, signature: Signature) -> tuple[str, str]:
-    from xpuruntime.pytorch import policy
-
     assert execution.lock_file is not None
     found = find_replayable(lock_store(execution.lock_file).read(), signature)
     backend = found.entry.choice.backend if found.entry is not None else None
     if backend in ATTENTION_BACKENDS:
         return str(backend), "locked"
     reason = found.reason or f"locked backend {backend!r} is not one PyTorch has"
-    policy.note_fallback(
+    _state.note_fallback(
         what=f"lock: attention {signature[2]} {signature[3]} on {signature[4]}",
         requested=str(backend or "a locked backend"),
         chosen="PyTorch's selection",

@@ -25,12 +25,9 @@ place; otherwise it is a recorded fallback. Anything else not honoured goes thro
 
 from __future__ import annotations
 
-import functools
 import os
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -44,24 +41,43 @@ from xpuruntime.policies import (
     layered_policy,
 )
 from xpuruntime.policies.conflicts import device_kind
-from xpuruntime.pytorch._compat import is_compiling
+from xpuruntime.policies.layering import FILE_VARIABLE, policy_variables
+from xpuruntime.pytorch._state import (
+    DEFAULT_EXECUTION,
+    LOCK,
+    PROCESS_GLOBAL_NOTE,
+    State,
+    already_noted,
+    current,
+    current_decisions,
+    current_record,
+    environment,
+    get_execution_policy,
+    get_kernel_policy,
+    no_policy,
+    note_decision,
+    note_fallback,
+    note_kernel_fallback,
+    requested_kernel,
+    swap,
+    training_device,
+)
 from xpuruntime.pytorch.lock import apply_switch_lock
 from xpuruntime.pytorch.mapping import Plan, PlannedSetting, plan
-from xpuruntime.pytorch.switches import SWITCHES, read_all, torch_version, write_changed
-from xpuruntime.runtime.fingerprint import environment_fingerprint, fingerprint_hash
+from xpuruntime.pytorch.switches import SWITCHES, read, torch_version, write_changed
+from xpuruntime.runtime.decisions import Decisions
+from xpuruntime.runtime.lockstore import LockStore, policy_store
 from xpuruntime.runtime.record import (
     Choice,
-    DecisionRecord,
-    DecisionStatus,
     ExecutionRecord,
-    FallbackMode,
     SettingRecord,
 )
 
 __all__ = [
+    "already_noted",
     "clear_kernel_policy",
+    "current_decisions",
     "current_record",
-    "fallback_mode",
     "get_execution_policy",
     "get_kernel_policy",
     "kernel_policy",
@@ -73,56 +89,38 @@ __all__ = [
     "set_kernel_policy",
 ]
 
-PROCESS_GLOBAL_NOTE = (
-    "PyTorch's switches are process-global: this policy applies to every thread of the process"
-)
-
-_LOCK = threading.RLock()
-
-
-@dataclass
-class _State:
-    kernel_policy: KernelPolicy | None
-    execution: ExecutionPolicy | None
-    record: ExecutionRecord
-    # Switch values from before any policy was applied; every application starts from them
-    # so a new policy replaces the previous one instead of stacking on it.
-    baseline: dict[str, Any] | None
-    # Ops whose kernel entry PyTorch could not honour when the policy was set: already
-    # through the fallback rule, PyTorch's default runs them.
-    unapplied: frozenset[str] = frozenset()
-    decided: set[tuple[str, ...]] = field(default_factory=set)
-
 
 @dataclass
 class _Scope:
-    saved_state: _State
+    saved_state: State
+    # The values of the switches the scope's policy touched, from before it.
     saved_switches: dict[str, Any]
 
 
-@functools.cache
-def _environment() -> tuple[dict[str, Any], str]:
-    fingerprint = environment_fingerprint()
-    return fingerprint, fingerprint_hash(fingerprint)
-
-
-def _empty_record() -> ExecutionRecord:
-    return ExecutionRecord(kind="training", notes=[PROCESS_GLOBAL_NOTE])
-
-
-_state = _State(kernel_policy=None, execution=None, record=_empty_record(), baseline=None)
 _scopes: list[_Scope] = []
 
 
 @dataclass(frozen=True)
 class _Request:
-    """What a set_kernel_policy() / kernel_policy() call asks for, after layering."""
+    """What a set_kernel_policy() / kernel_policy() call asks for, after layering, with
+    everything that does not depend on PyTorch's current switches worked out once."""
 
     kernel: KernelPolicy | None
     execution: ExecutionPolicy | None
-    # ExecutionPolicy fields to apply (None: all, as an ExecutionPolicy object asks).
-    execution_settings: frozenset[str] | None
     layered: LayeredPolicy
+    devices: frozenset[str]
+    planned: Plan
+    policy_fields: dict[str, Any]
+    policy_hash: str | None
+    #: The policy decisions are taken under (the kernel policy inside the execution policy).
+    policy: ExecutionPolicy
+    #: planned.writes(), and the switches a lock may write on top.
+    writes: dict[str, Any]
+    locked: frozenset[str]
+    unapplied: frozenset[str]
+    lock: LockStore | None
+    device_requested: str | None
+    device_reason: str
 
 
 _EXECUTION_PREFIX = "execution."
@@ -143,12 +141,67 @@ def _check_arguments(policy: object, execution: object, ops: dict[str, Any]) -> 
         )
 
 
+#: Requests already layered and planned, by what they depend on: the arguments (policy
+#: objects by identity: they are frozen, and the entry keeps them alive), the
+#: XPURUNTIME_POLICY_* variables and the policy file's stamp. A scope entered per training
+#: step with an unchanged environment costs one lookup instead of layering and planning.
+_requests: dict[tuple[Any, ...], tuple[KernelPolicy | None, ExecutionPolicy | None, _Request]] = {}
+_REQUESTS_KEPT = 64
+
+
 def _request(
     policy: KernelPolicy | None, execution: ExecutionPolicy | None, ops: dict[str, Any]
 ) -> _Request:
     """The policy to apply: defaults < objects (or $XPURUNTIME_POLICY_FILE) < environment <
     keyword arguments."""
+    key = _request_key(policy, execution, ops)
+    if key is not None:
+        cached = _requests.get(key)
+        if cached is not None and cached[0] is policy and cached[1] is execution:
+            return cached[2]
     _check_arguments(policy, execution, ops)
+    request = _layer(policy, execution, ops)
+    if key is not None and _plan_is_pure(request.planned):
+        if len(_requests) >= _REQUESTS_KEPT:
+            _requests.clear()
+        _requests[key] = (policy, execution, request)
+    return request
+
+
+def _request_key(
+    policy: KernelPolicy | None, execution: ExecutionPolicy | None, ops: dict[str, Any]
+) -> tuple[Any, ...] | None:
+    variables = policy_variables(os.environ)
+    stamp: tuple[int, int] | None = None
+    if policy is None and execution is None:
+        file = dict(variables).get(FILE_VARIABLE)
+        if file:
+            try:
+                stat = os.stat(file)
+            except OSError:
+                return None  # layering reports the missing file
+            stamp = (stat.st_mtime_ns, stat.st_size)
+    key = (id(policy), id(execution), tuple(sorted(ops.items())), variables, stamp)
+    try:
+        hash(key)
+    except TypeError:  # an op=kernel keyword given as a mapping: layered every time
+        return None
+    return key
+
+
+def _plan_is_pure(planned: Plan) -> bool:
+    """Whether the plan was made without reading a switch (a plan that starts from the
+    current SDPA priority order or CUBLAS_WORKSPACE_CONFIG is made again each time)."""
+    return not any(
+        name in setting.writes
+        for setting in planned.settings
+        for name in ("sdp.priority_order", "env.CUBLAS_WORKSPACE_CONFIG")
+    )
+
+
+def _layer(
+    policy: KernelPolicy | None, execution: ExecutionPolicy | None, ops: dict[str, Any]
+) -> _Request:
     base: PolicyDocument | None = None
     if policy is not None or execution is not None:
         kernel = policy if policy is not None else execution.kernel_policy if execution else None
@@ -164,13 +217,32 @@ def _request(
         if path.startswith(_EXECUTION_PREFIX)
     }
     effective = layered.policy
+    kernel_policy = effective.kernel_policy
+    applied: ExecutionPolicy | None = effective
+    settings: frozenset[str] | None = None if execution is not None else frozenset(named)
     if execution is None and not named:
-        return _Request(effective.kernel_policy, None, frozenset(), layered)
+        applied, settings = None, frozenset()
+    devices = _decided_devices(applied)
+    fields, policy_hash = _policy_fields(kernel_policy, applied)
+    planned = plan(kernel_policy, applied, devices, settings)
+    decided_under = applied if applied is not None else DEFAULT_EXECUTION
+    if kernel_policy is not None and applied is not None:
+        decided_under = applied.replace(kernel_policy=kernel_policy)
     return _Request(
-        effective.kernel_policy,
-        effective,
-        None if execution is not None else frozenset(named),
-        layered,
+        kernel=kernel_policy,
+        execution=applied,
+        layered=layered,
+        devices=devices,
+        planned=planned,
+        policy_fields=fields,
+        policy_hash=policy_hash,
+        policy=decided_under,
+        writes=planned.writes(),
+        locked=_locked(applied),
+        unapplied=frozenset(e.name for e in planned.unapplicable if e.mode is not None),
+        lock=policy_store(decided_under),
+        device_requested=applied.device if applied is not None else None,
+        device_reason=f"kernel policy decided for {'/'.join(sorted(devices))}",
     )
 
 
@@ -199,9 +271,13 @@ def _describe_missing(names: list[str]) -> str:
     )
 
 
-def _verify(setting: PlannedSetting, refused: dict[str, str]) -> SettingRecord:
-    missing = [name for name in setting.writes if not SWITCHES[name].available()]
-    applied = {name: SWITCHES[name].read() for name in setting.writes if SWITCHES[name].available()}
+def _verify(
+    setting: PlannedSetting, refused: dict[str, str], after: dict[str, Any]
+) -> SettingRecord:
+    """The setting as PyTorch reports it: ``after`` holds every touched switch's value read
+    after the writes (PyTorch's answer, not what was written)."""
+    missing = [name for name in setting.writes if name not in _AVAILABLE]
+    applied = {name: after[name] for name in setting.writes if name not in missing}
     honoured = not missing and all(applied[name] == value for name, value in setting.writes.items())
     note = setting.note
     if missing:
@@ -221,129 +297,160 @@ def _verify(setting: PlannedSetting, refused: dict[str, str]) -> SettingRecord:
 
 
 def _precision_choice(execution: ExecutionPolicy | None, settings: list[SettingRecord]) -> Choice:
-    requested = execution.precision if execution is not None else None
+    if execution is None:
+        return Choice(
+            requested=None,
+            chosen=None,
+            reason="no ExecutionPolicy precision: the tensors' dtypes and autocast decide",
+        )
     honoured = next((s.honoured for s in settings if s.name == "precision"), False)
-    chosen = requested if honoured else None
-    return Choice(requested=requested, chosen=chosen, reason="" if honoured else "not applied")
-
-
-def _training_device() -> str:
-    if not torch.cuda.is_available():
-        return "cpu"
-    # Asking for the current device would initialise CUDA, after which set_allocator()
-    # can no longer swap PyTorch's allocator: name the index only once CUDA is up.
-    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
-        return f"cuda:{torch.cuda.current_device()}"
-    return "cuda"
+    chosen = execution.precision if honoured else None
+    return Choice(
+        requested=execution.precision,
+        chosen=chosen,
+        reason="" if honoured else "not applied (see the precision setting and fallbacks)",
+    )
 
 
 _DEFAULT_CHOICE = "PyTorch's default kernel"
 
 
-def record_unapplicable(planned: Plan, record: ExecutionRecord, mode: FallbackMode) -> None:
+def record_unapplicable(planned: Plan, decisions: Decisions) -> None:
     """Put the plan's entries PyTorch cannot honour through the fallback rules (kernel
-    entries through ``record.kernel_fallback``, settings through ``record.fallback``)."""
+    entries through ``kernel_fallback``, settings through ``fallback``)."""
     for entry in planned.unapplicable:
         if entry.mode is None:
-            record.fallback(
+            decisions.fallback(
                 what=entry.name,
                 requested=entry.requested,
                 chosen="pytorch default",
                 reason=entry.reason,
-                mode=mode,
             )
         else:
-            record.kernel_fallback(
+            decisions.kernel_fallback(
                 op=entry.name,
                 kernel=entry.requested,
                 entry_mode=entry.mode,
                 chosen=_DEFAULT_CHOICE,
                 reason=f"PyTorch cannot honour it: {entry.reason}",
-                mode=mode,
             )
 
 
 def _record_not_honoured(
-    planned: Plan, settings: list[SettingRecord], record: ExecutionRecord, mode: FallbackMode
+    planned: Plan, settings: list[SettingRecord], decisions: Decisions
 ) -> None:
     for setting, result in zip(planned.settings, settings, strict=True):
         if result.honoured:
             continue
         if setting.mode is None:
-            record.fallback(
+            decisions.fallback(
                 what=f"setting {result.name}",
                 requested=str(result.requested),
                 chosen=str(result.applied),
                 reason=result.note,
-                mode=mode,
             )
         else:
-            record.kernel_fallback(
+            decisions.kernel_fallback(
                 op=setting.name,
                 kernel=str(setting.requested),
                 entry_mode=setting.mode,
                 chosen=f"PyTorch with {result.applied}",
                 reason=f"PyTorch did not honour it: {result.note}",
-                mode=mode,
             )
 
 
-def _apply(request: _Request, baseline: dict[str, Any]) -> tuple[ExecutionRecord, frozenset[str]]:
-    """Write ``baseline`` + the plan, verify, and build the record; raises before recording."""
-    kernel, execution = request.kernel, request.execution
-    devices = _decided_devices(execution)
-    planned: Plan = plan(kernel, execution, devices, request.execution_settings)
-    mode: FallbackMode = (execution or ExecutionPolicy()).fallback
-    fields, policy_hash = _policy_fields(kernel, execution)
-    environment, environment_hash = _environment()
+def _new_decisions(request: _Request) -> Decisions:
+    fingerprint, digest = environment()
     record = ExecutionRecord(
         kind="training",
-        policy=fields,
-        policy_hash=policy_hash,
+        policy=dict(request.policy_fields),
+        policy_hash=request.policy_hash,
         policy_sources=dict(request.layered.sources),
-        environment=environment,
-        environment_hash=environment_hash,
-        engine=Choice(requested="pytorch", chosen=f"pytorch {torch_version()}"),
+        environment=fingerprint,
+        environment_hash=digest,
+        engine=Choice(requested="pytorch", chosen=_ENGINE),
         device=Choice(
-            requested=execution.device if execution is not None else None,
-            chosen=_training_device(),
-            reason=f"kernel policy decided for {'/'.join(sorted(devices))}",
+            requested=request.device_requested,
+            chosen=training_device(),
+            reason=request.device_reason,
         ),
         notes=[PROCESS_GLOBAL_NOTE],
     )
+    return Decisions(request.policy, record=record, lock=request.lock)
+
+
+_ENGINE = f"pytorch {torch_version()}"
+
+
+def _apply(
+    request: _Request, state: State, before: dict[str, Any]
+) -> tuple[Decisions, frozenset[str], dict[str, Any]]:
+    """Write the plan over the baseline of ``before``'s switches, verify, and build the
+    decisions; raises before writing anything when a pin cannot be honoured."""
+    execution, planned, writes = request.execution, request.planned, request.writes
+    decisions = _new_decisions(request)
     # Pins PyTorch cannot honour under fallback='error' raise here, before any switch moves.
-    record_unapplicable(planned, record, mode)
-    target = dict(baseline)
-    for name, value in planned.writes().items():
-        if SWITCHES[name].available():
-            target[name] = value
-    refused = write_changed(target)
-    settings = [_verify(setting, refused) for setting in planned.settings]
+    if planned.unapplicable:
+        record_unapplicable(planned, decisions)
+    baseline = {name: state.baseline.get(name, value) for name, value in before.items()}
+    target = {name: writes.get(name, value) for name, value in baseline.items()}
+    changed = [name for name, value in target.items() if before[name] != value]
+    refused = write_changed({name: target[name] for name in changed}, before)
+    after = dict(before)
+    for name in changed:
+        after[name] = read(name)
+    settings = [_verify(setting, refused, after) for setting in planned.settings]
+    record = decisions.record
     record.settings = settings
     record.precision = _precision_choice(execution, settings)
-    _record_not_honoured(planned, settings, record, mode)
-    apply_switch_lock(kernel, execution, planned.writes(), record)
-    return record, frozenset(e.name for e in planned.unapplicable if e.mode is not None)
+    _record_not_honoured(planned, settings, decisions)
+    apply_switch_lock(request.kernel, execution, writes, decisions)
+    # The switches now differing from their baseline are the ones to restore on clearing.
+    kept = {
+        name: value for name, value in baseline.items() if name in writes or name in request.locked
+    }
+    return decisions, request.unapplied, kept
 
 
-def _activate(request: _Request) -> ExecutionRecord:
-    """Apply under the lock; on any error the switches are put back as they were."""
-    global _state
-    before = read_all()
-    baseline = _state.baseline if _state.baseline is not None else before
+def _locked(execution: ExecutionPolicy | None) -> frozenset[str]:
+    """Switches a lock may write beyond the plan (replay writes the locked values)."""
+    if execution is None or execution.lock == "off":
+        return frozenset()
+    return _AVAILABLE
+
+
+_AVAILABLE = frozenset(name for name, switch in SWITCHES.items() if switch.available())
+
+
+def _touched(request: _Request, state: State) -> list[str]:
+    """The switches applying ``request`` over ``state`` may change: the plan's, the ones the
+    state's policy changed (back to their baseline), and every one under a lock."""
+    if not state.baseline and not request.locked:
+        return [name for name in request.writes if name in _AVAILABLE]
+    names = {*request.writes, *state.baseline, *request.locked}
+    return [name for name in names if name in _AVAILABLE]
+
+
+def _activate(request: _Request) -> tuple[ExecutionRecord, dict[str, Any]]:
+    """Apply under the lock; on any error the switches are put back as they were. Returns
+    the record and the touched switches' values from before."""
+    state = current()
+    before = {name: read(name) for name in _touched(request, state)}
     try:
-        record, unapplied = _apply(request, baseline)
+        decisions, unapplied, baseline = _apply(request, state, before)
     except BaseException:
         write_changed(before)
         raise
-    _state = _State(
-        kernel_policy=request.kernel,
-        execution=request.execution,
-        record=record,
-        baseline=baseline,
-        unapplied=unapplied,
+    swap(
+        State(
+            kernel_policy=request.kernel,
+            execution=request.execution,
+            decisions=decisions,
+            baseline=baseline,
+            unapplied=unapplied,
+        )
     )
-    return record
+    return decisions.record, before
 
 
 def set_kernel_policy(
@@ -367,185 +474,72 @@ def set_kernel_policy(
         clear_kernel_policy()
         return current_record()
     request = _request(policy, exec_policy, ops)
-    with _LOCK:
-        return _activate(request)
+    with LOCK:
+        return _activate(request)[0]
 
 
 def clear_kernel_policy() -> None:
     """Drop the policy and put PyTorch's switches back to their values before it."""
-    global _state
-    with _LOCK:
-        if _state.baseline is not None:
-            write_changed(_state.baseline)
-        _state = _State(kernel_policy=None, execution=None, record=_empty_record(), baseline=None)
+    with LOCK:
+        write_changed(current().baseline)
+        swap(no_policy())  # a fresh record too: the cleared policy's decisions go with it
 
 
-def get_kernel_policy() -> KernelPolicy | None:
-    """The kernel policy in effect (the innermost scope's, or the one set), or None."""
-    return _state.kernel_policy
+class _PolicyScope(AbstractContextManager[ExecutionRecord]):
+    """The context manager :func:`kernel_policy` returns (a class, not a generator: a scope
+    entered per training step must cost next to nothing)."""
+
+    __slots__ = ("_request", "_scope")
+
+    def __init__(self, request: _Request | None) -> None:
+        self._request = request
+        self._scope: _Scope | None = None
+
+    def __enter__(self) -> ExecutionRecord:
+        request = self._request
+        with LOCK:
+            saved_state = current()
+            if request is None:
+                saved_switches = {name: read(name) for name in saved_state.baseline}
+                write_changed(saved_state.baseline, saved_switches)
+                record = swap(no_policy()).record
+            else:
+                record, saved_switches = _activate(request)
+            self._scope = _Scope(saved_state=saved_state, saved_switches=saved_switches)
+            _scopes.append(self._scope)
+        return record
+
+    def __exit__(self, *exc: object) -> None:
+        scope = self._scope
+        assert scope is not None, "kernel_policy(): __exit__ without __enter__"
+        with LOCK:
+            if _scopes[-1] is scope:
+                _scopes.pop()
+                write_changed(scope.saved_switches)
+                swap(scope.saved_state)
+                return
+            # Left before a scope entered after it: that scope now owns the state to
+            # restore (its own saved switches, and ours from further back), and the
+            # switches keep serving it until it closes.
+            index = next(i for i, entry in enumerate(_scopes) if entry is scope)
+            later = _scopes[index + 1]
+            later.saved_state = scope.saved_state
+            later.saved_switches = {**later.saved_switches, **scope.saved_switches}
+            del _scopes[index]
 
 
-def get_execution_policy() -> ExecutionPolicy | None:
-    """The execution policy in effect, or None when only a kernel policy (or none) is set."""
-    return _state.execution
-
-
-def current_record() -> ExecutionRecord:
-    """The record of the policy in effect; ops add their decisions and fallbacks to it."""
-    return _state.record
-
-
-def requested_kernel(op: str) -> tuple[str, str]:
-    """(kernel, mode) the policy in effect asks of ``op`` where it runs; ("auto", "auto")
-    when it names none, or when the entry could not be honoured at all when it was set.
-
-    Ops ask on every call: the answer is cached per applied policy state (a new policy is a
-    new state), except while dynamo traces, which must see the plain reads.
-    """
-    state = _state
-    if is_compiling():
-        return _requested_of(state, op)
-    cached = _requested.get(op)
-    if cached is not None and cached[0] is state:
-        return cached[1]
-    answer = _requested_of(state, op)
-    _requested[op] = (state, answer)
-    return answer
-
-
-# op -> (the policy state it was read from, (kernel, mode)).
-_requested: dict[str, tuple[_State, tuple[str, str]]] = {}
-
-
-def _requested_of(state: _State, op: str) -> tuple[str, str]:
-    kernel_policy = state.kernel_policy
-    if kernel_policy is None or op in state.unapplied:
-        return "auto", "auto"
-    kernel = kernel_policy.get(op)
-    if kernel is None or kernel == "auto":
-        return "auto", "auto"
-    return kernel, kernel_policy.mode(op) or "pin"
-
-
-def fallback_mode() -> FallbackMode:
-    """The fallback mode of the policy in effect (ExecutionPolicy's default when none)."""
-    return (_state.execution or ExecutionPolicy()).fallback
-
-
-def note_decision(
-    op: str,
-    kernel: str,
-    mode: str,
-    reason: str,
-    *,
-    shape: str,
-    dtype: str,
-    device: str,
-    status: DecisionStatus = "decided",
-) -> None:
-    """Record an op's kernel choice once per (op, kernel, shape, dtype, device, status)."""
-    key = (op, kernel, mode, shape, dtype, device, status)
-    state = _state
-    if key in state.decided:
-        return
-    with _LOCK:
-        state.decided.add(key)
-        state.record.decisions.append(
-            DecisionRecord(
-                op=op,
-                kernel=kernel,
-                mode=mode,
-                reason=reason,
-                shape=shape,
-                dtype=dtype,
-                device=device,
-                status=status,
-            )
-        )
-
-
-def already_noted(key: tuple[Any, ...]) -> bool:
-    """True when ``key`` was noted under the policy in effect, else note it and return False.
-
-    Ops call this with a cheap key (shapes as ``torch.Size``, dtype and device objects) to
-    skip building a decision's strings on every repeat of a call they already recorded.
-    """
-    decided = _state.decided
-    if key in decided:
-        return True
-    decided.add(key)
-    return False
-
-
-def note_kernel_fallback(
-    *, op: str, kernel: str, entry_mode: str, chosen: str, reason: str
-) -> None:
-    """A kernel the policy names cannot run where an op runs: the kernel fallback rule
-    (raise for a pin under fallback='error', else warn/record once per kind)."""
-    mode = fallback_mode()
-    key = ("kernel", op, kernel, chosen, reason)
-    state = _state
-    if key in state.decided:
-        return  # the first occurrence raised, or was recorded
-    with _LOCK:
-        state.record.kernel_fallback(
-            op=op, kernel=kernel, entry_mode=entry_mode, chosen=chosen, reason=reason, mode=mode
-        )
-        state.decided.add(key)
-
-
-def note_fallback(*, what: str, requested: str, chosen: str, reason: str) -> None:
-    """Apply the fallback mode to an op's fallback: raise, or warn/record once per kind."""
-    mode = fallback_mode()
-    key = ("fallback", what, requested, chosen, reason)
-    state = _state
-    if mode != "error" and key in state.decided:
-        return
-    with _LOCK:
-        state.record.fallback(
-            what=what, requested=requested, chosen=chosen, reason=reason, mode=mode
-        )
-        state.decided.add(key)
-
-
-@contextmanager
 def kernel_policy(
     policy: KernelPolicy | None = None,
     /,
     *,
     exec_policy: ExecutionPolicy | None = None,
     **ops: Any,
-) -> Iterator[ExecutionRecord]:
+) -> AbstractContextManager[ExecutionRecord]:
     """Apply a policy for the ``with`` block, then restore what was in effect before.
 
-    Same arguments as :func:`set_kernel_policy`; yields the verified record. The switches
-    are process-global, so the block's policy is visible to other threads while it runs.
+    Same arguments as :func:`set_kernel_policy`; the ``with`` yields the verified record.
+    The switches are process-global, so the block's policy is visible to other threads
+    while it runs. Leaving the block restores the switches the policy touched.
     """
-    global _state
     empty = policy is None and exec_policy is None and not ops
-    request = None if empty else _request(policy, exec_policy, ops)
-    with _LOCK:
-        scope = _Scope(saved_state=_state, saved_switches=read_all())
-        if request is None:
-            if _state.baseline is not None:
-                write_changed(_state.baseline)
-            _state = _State(None, None, _empty_record(), baseline=None)
-            record = _state.record
-        else:
-            record = _activate(request)
-        _scopes.append(scope)
-    try:
-        yield record
-    finally:
-        with _LOCK:
-            index = next(i for i, entry in enumerate(_scopes) if entry is scope)
-            if index == len(_scopes) - 1:
-                write_changed(scope.saved_switches)
-                _state = scope.saved_state
-            else:
-                # Left before a scope entered after it: that scope now owns the state to
-                # restore, and the switches keep serving it until it closes.
-                later = _scopes[index + 1]
-                later.saved_state = scope.saved_state
-                later.saved_switches = scope.saved_switches
-            del _scopes[index]
+    return _PolicyScope(None if empty else _request(policy, exec_policy, ops))

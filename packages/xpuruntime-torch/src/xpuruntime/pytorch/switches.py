@@ -14,13 +14,13 @@ after writing a new one raises). Only one family is registered: the new one when
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["SWITCHES", "Switch", "read_all", "torch_version", "write_changed"]
+__all__ = ["SWITCHES", "Switch", "read", "read_all", "torch_version", "write_changed"]
 
 
 def torch_version() -> str:
@@ -220,16 +220,25 @@ def read_all() -> dict[str, Any]:
     return {name: switch.read() for name, switch in SWITCHES.items() if switch.available()}
 
 
-def write_changed(values: dict[str, Any]) -> dict[str, str]:
+def read(name: str) -> Any:
+    """The current value of switch ``name``."""
+    return SWITCHES[name].read()
+
+
+def write_changed(
+    values: Mapping[str, Any], current: Mapping[str, Any] | None = None
+) -> dict[str, str]:
     """Write the switches whose current value differs (writes have side effects).
 
+    ``current`` holds values the caller has just read (those switches are not read again).
     Returns PyTorch's refusal per switch it would not set (for example cuBLASLt on a build
     without it); the other switches are still written.
     """
     refused: dict[str, str] = {}
     for name, value in values.items():
         switch = SWITCHES[name]
-        if switch.read() == value:
+        now = current[name] if current is not None and name in current else switch.read()
+        if now == value:
             continue
         try:
             switch.write(value)

@@ -2,35 +2,54 @@
 
 A pinned algorithm binds only the collectives that implement it (``tree`` pins AllReduce;
 a Broadcast keeps running ``ring``, the only algorithm NCCL has for it); a pinned protocol
-binds every collective. A collective that ran otherwise than pinned is a fallback.
+binds every collective. Each collective NCCL reports is one of: pinned and honoured (mode
+``pin``, status ``decided``), a pin not applicable to this collective (mode
+``not_applicable``: NCCL's tuner chose, and the reason says which pin did not apply),
+pinned and not honoured (status ``fallen_back``, through the policy's fallback mode), or
+free (mode ``auto``: nothing pinned).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from xpuruntime.policies import CollectivePolicy
 from xpuruntime.pytorch.distributed.nccl_log import CollectiveChoice
 from xpuruntime.pytorch.distributed.nccl_settings import ALGORITHM_COLLECTIVES
 from xpuruntime.runtime.record import DecisionRecord
 
-__all__ = ["Judgement", "decisions", "judge"]
+__all__ = ["Judgement", "Outcome", "decisions", "judge"]
+
+
+Outcome = Literal["honoured", "not_applicable", "not_honoured", "free"]
 
 
 @dataclass(frozen=True)
 class Judgement:
     """``requested`` is ``algorithm/protocol`` with ``*`` for what the policy leaves to NCCL;
-    ``reason`` is empty unless NCCL did not run what was pinned."""
+    ``reason`` is empty unless NCCL did not run what was pinned; ``unbound`` names a pinned
+    algorithm this collective does not implement (empty when none)."""
 
     requested: str
     chosen: str
     pinned: bool
     reason: str = ""
+    unbound: str = ""
 
     @property
     def fell_back(self) -> bool:
         return bool(self.reason)
+
+    @property
+    def outcome(self) -> Outcome:
+        """Honoured, not applicable to this collective, not honoured, or nothing pinned."""
+        if self.fell_back:
+            return "not_honoured"
+        if self.pinned:
+            return "honoured"
+        return "not_applicable" if self.unbound else "free"
 
 
 def _binds(algorithm: str, collective: str) -> bool:
@@ -51,11 +70,12 @@ def judge(choice: CollectiveChoice, policy: CollectivePolicy) -> Judgement:
         else None
     )
     protocol = policy.protocol
+    unbound = policy.algorithm if policy.algorithm and algorithm is None else ""
     requested = f"{algorithm or '*'}/{protocol or '*'}"
     chosen = chosen_name(choice)
     pinned = algorithm is not None or protocol is not None
     if not pinned:
-        return Judgement(requested, chosen, pinned)
+        return Judgement(requested, chosen, pinned, unbound=unbound)
     if choice.protocol is None:
         return Judgement(
             requested,
@@ -63,6 +83,7 @@ def judge(choice: CollectiveChoice, policy: CollectivePolicy) -> Judgement:
             pinned,
             f"NCCL ran it on its {choice.algorithm} path, which does not use NCCL_ALGO or"
             " NCCL_PROTO",
+            unbound,
         )
     wrong = [
         f"{kind} {used!r} instead of {wanted!r}"
@@ -73,14 +94,41 @@ def judge(choice: CollectiveChoice, policy: CollectivePolicy) -> Judgement:
         if wanted is not None and used != wanted
     ]
     if not wrong:
-        return Judgement(requested, chosen, pinned)
+        return Judgement(requested, chosen, pinned, unbound=unbound)
     return Judgement(
         requested,
         chosen,
         pinned,
         f"NCCL chose {' and '.join(wrong)}: NCCL replaces a pinned choice it cannot run on"
         " this communicator (for example CollNet without network support, or too few ranks)",
+        unbound,
     )
+
+
+_MODES: dict[Outcome, str] = {
+    "honoured": "pin",
+    "not_honoured": "pin",
+    "not_applicable": "not_applicable",
+    "free": "auto",
+}
+
+
+def _reason(verdict: Judgement, collective: str) -> str:
+    """Why NCCL ran what it ran, as the decision says it."""
+    if verdict.fell_back:
+        return verdict.reason
+    unbound = (
+        f"the pinned algorithm {verdict.unbound!r} does not apply to {collective} (NCCL does"
+        " not implement it there)"
+        if verdict.unbound
+        else ""
+    )
+    if verdict.outcome == "not_applicable":
+        return f"{unbound}: NCCL's tuner"
+    if verdict.pinned:
+        honoured = f"pinned {verdict.requested} honoured"
+        return f"{honoured}; {unbound}" if unbound else honoured
+    return "NCCL's tuner"
 
 
 def decisions(
@@ -97,8 +145,8 @@ def decisions(
             DecisionRecord(
                 op=choice.collective,
                 kernel=verdict.chosen,
-                mode="pin" if verdict.pinned else "auto",
-                reason=(verdict.reason or "NCCL's tuner")
+                mode=_MODES[verdict.outcome],
+                reason=_reason(verdict, choice.collective)
                 + f": {count} call(s){channels} (logged by rank 0 of the communicator)",
                 shape=f"{choice.nbytes} bytes",
                 device=f"cuda:{choice.device}",

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from xpuruntime.policies import CollectivePolicy, ExecutionPolicy, layered_policy
+from xpuruntime.pytorch._state import get_execution_policy
 from xpuruntime.pytorch.distributed.choices import decisions, judge
 from xpuruntime.pytorch.distributed.nccl_log import (
     CollectiveChoice,
@@ -39,8 +40,9 @@ from xpuruntime.pytorch.distributed.nccl_settings import (
     nccl_settings,
 )
 from xpuruntime.pytorch.errors import CollectivePolicyError
+from xpuruntime.runtime.decisions import Decisions
 from xpuruntime.runtime.fingerprint import environment_fingerprint, fingerprint_hash
-from xpuruntime.runtime.record import Choice, ExecutionRecord, FallbackMode, SettingRecord
+from xpuruntime.runtime.record import Choice, ExecutionRecord, SettingRecord
 
 __all__ = [
     "apply_collective_policy",
@@ -70,15 +72,22 @@ _LOCK = threading.Lock()
 class _Applied:
     """The policy in effect in this process and what has been read back so far."""
 
-    policy: ExecutionPolicy
+    decisions: Decisions
     settings: list[NcclSetting]
-    record: ExecutionRecord
     log: DebugLog | None
     #: The read-once variables as this policy left them (what NCCL starts with under it).
     read_once: dict[str, str | None] = field(default_factory=dict)
     counts: Counter[CollectiveChoice] = field(default_factory=Counter)
     reads: dict[str, str] = field(default_factory=dict)
     fallen_back: set[CollectiveChoice | str] = field(default_factory=set)
+
+    @property
+    def policy(self) -> ExecutionPolicy:
+        return self.decisions.policy
+
+    @property
+    def record(self) -> ExecutionRecord:
+        return self.decisions.record
 
 
 _applied: _Applied | None = None
@@ -143,8 +152,9 @@ def apply_collective_policy(
                 _nccl_read_once = _applied.read_once
             notes = []
             stale = _stale_read_once(target)
-            if stale and execution.fallback == "error":  # raise before changing anything
-                _record_stale(ExecutionRecord(kind="training"), stale, "error")
+            trial = Decisions(execution, record=ExecutionRecord(kind="training"))
+            if stale and trial.fallback_raises:  # raise before changing anything
+                _record_stale(trial, stale)
             replaced = _write_environment(target)
             log = _configure_debug_log(log_dir) if verify else None
         if log is None:
@@ -156,11 +166,11 @@ def apply_collective_policy(
             notes.append(f"NCCL's debug log for this process: {log.path}")
         notes += _environment_only_notes(settings)
         record = _base_record(execution, layered.sources, settings, replaced, notes)
-        _record_stale(record, stale, execution.fallback)
+        decided = Decisions(execution, record=record)
+        _record_stale(decided, stale)
         _applied = _Applied(
-            policy=execution,
+            decisions=decided,
             settings=settings,
-            record=record,
             log=log,
             read_once={name: target[name] for name in READ_ONCE_VARIABLES},
         )
@@ -214,8 +224,6 @@ def _as_execution_policy(policy: PolicyLike) -> ExecutionPolicy | str | Path | N
         return ExecutionPolicy(collectives=policy)
     if isinstance(policy, ExecutionPolicy) or policy is None:
         if policy is None:
-            from xpuruntime.pytorch.policy import get_execution_policy
-
             return get_execution_policy()
         return policy
     if isinstance(policy, str | os.PathLike):
@@ -279,20 +287,15 @@ def _stale_read_once(target: dict[str, str | None]) -> dict[str, tuple[str | Non
     }
 
 
-def _record_stale(
-    record: ExecutionRecord,
-    stale: dict[str, tuple[str | None, str | None]],
-    mode: FallbackMode,
-) -> None:
+def _record_stale(decisions: Decisions, stale: dict[str, tuple[str | None, str | None]]) -> None:
     for name, (wanted, started) in stale.items():
-        record.fallback(
+        decisions.fallback(
             what=f"NCCL setting {name}",
             requested=str(wanted),
             chosen=str(started),
             reason="NCCL already ran in this process and reads this setting once per process"
             " (NCCL_ALGO and NCCL_PROTO it reads again for each communicator); start a new"
             " process for another value",
-            mode=mode,
         )
 
 
@@ -392,36 +395,39 @@ def _read_back(applied: _Applied) -> None:
             or setting.variable in applied.fallen_back
         ):
             continue
-        applied.record.fallback(
+        applied.decisions.fallback(
             what=f"setting {setting.setting}",
             requested=f"{setting.variable}={setting.value}",
             chosen=f"{setting.variable}={read}",
             reason="NCCL read another value than xpuruntime set (the environment was changed"
             " after the policy was applied)",
-            mode=policy.fallback,
         )
         applied.fallen_back.add(setting.variable)
     for choice in applied.counts:
         verdict = judge(choice, policy.collectives)
         if not verdict.fell_back or choice in applied.fallen_back:
             continue
-        applied.record.fallback(
+        applied.decisions.fallback(
             what=f"NCCL {choice.collective} of {choice.nbytes} bytes",
             requested=verdict.requested,
             chosen=verdict.chosen,
             reason=verdict.reason,
-            mode=policy.fallback,
         )
         applied.fallen_back.add(choice)
 
 
 def _current_record(applied: _Applied) -> ExecutionRecord:
     record = applied.record
-    settings = [_with_read_back(entry, applied.reads) for entry in record.settings]
+    backend = str(dist.get_backend()) if dist.is_available() and dist.is_initialized() else None
+    settings = [_with_read_back(entry, applied.reads, backend) for entry in record.settings]
     notes = list(record.notes)
     engine: Choice | None = record.engine
-    if dist.is_available() and dist.is_initialized():
-        backend = str(dist.get_backend())
+    if backend is not None and backend != "nccl" and not applied.reads:
+        notes.append(
+            f"the collective policy is not applicable: the process group's backend is"
+            f" {backend}, and only NCCL reads the NCCL settings; nothing of it was honoured"
+        )
+    if backend is not None:
         engine = Choice(
             requested="torch.distributed",
             chosen=f"torch.distributed {backend}",
@@ -446,11 +452,24 @@ def _current_record(applied: _Applied) -> ExecutionRecord:
     )
 
 
-def _with_read_back(entry: SettingRecord, reads: dict[str, str]) -> SettingRecord:
+def _with_read_back(
+    entry: SettingRecord, reads: dict[str, str], backend: str | None
+) -> SettingRecord:
+    """The setting as NCCL reported reading it: honoured only on NCCL's word. Until NCCL
+    reports it (or when the process group is not NCCL's) it is not claimed honoured."""
     variable, _, value = str(entry.applied).partition("=")
     read = reads.get(variable)
     if read is None:
-        return entry
+        why = (
+            f"not applicable: the process group's backend is {backend}, which does not read"
+            f" {variable}"
+            if backend is not None and backend != "nccl"
+            else f"not verified: NCCL has not reported reading {variable} (no NCCL"
+            " communicator has started in this process yet, or verify=False)"
+        )
+        return msgspec.structs.replace(
+            entry, honoured=False, note=f"{entry.note}; {why}" if entry.note else why
+        )
     honoured = _same_value(read, value)
     note = f"NCCL read {variable}={read}"
     if not honoured:
