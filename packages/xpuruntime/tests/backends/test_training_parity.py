@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch", reason="training parity needs PyTorch (backends-torch-cpu)")
-pytest.importorskip("onnxruntime", reason="training parity needs ONNX Runtime")
+ort = pytest.importorskip("onnxruntime", reason="training parity needs ONNX Runtime")
 
 import onnx  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -44,6 +44,7 @@ from xpuruntime.policies import (  # noqa: E402
 )
 from xpuruntime.pytorch.mapping import plan  # noqa: E402
 from xpuruntime.pytorch.policy import record_unapplicable  # noqa: E402
+from xpuruntime.runtime.decisions import Decisions  # noqa: E402
 from xpuruntime.runtime.errors import UnsupportedOperationError  # noqa: E402
 from xpuruntime.runtime.record import ExecutionRecord, FallbackWarning  # noqa: E402
 
@@ -52,6 +53,9 @@ MODES = ("pin", "prefer")
 FALLBACKS = ("error", "warn", "allow")
 CASES = list(itertools.product(VOCABULARY, MODES, FALLBACKS))
 HAS_CUDA = torch.cuda.is_available()
+#: The cuda column's inference side runs on ONNX Runtime's CUDA provider: a GPU machine
+#: with the CPU build of ONNX Runtime has none.
+HAS_ORT_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
 
 
 def _id(case: tuple[tuple[str, str], str, str]) -> str:
@@ -226,9 +230,10 @@ def _training_step(
 
 def _training_mapping_for_cuda(kernel: KernelPolicy, fallback: str) -> Any:
     """What the PyTorch extension decides for a CUDA device (no GPU needed)."""
-    ExecutionPolicy(device="cuda", fallback=fallback, kernel_policy=kernel)  # type: ignore[arg-type]
+    policy = ExecutionPolicy(device="cuda", fallback=fallback, kernel_policy=kernel)  # type: ignore[arg-type]
     record = ExecutionRecord(kind="training")
-    record_unapplicable(plan(kernel, None, frozenset({"cuda"})), record, fallback)  # type: ignore[arg-type]
+    decisions = Decisions.for_policy(policy, record=record)
+    record_unapplicable(plan(kernel, None, frozenset({"cuda"})), decisions)
     return record
 
 
@@ -292,6 +297,10 @@ def test_the_issues_case_raises_on_both_sides(model: Path, training: None) -> No
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.skipif(
+    HAS_CUDA and not HAS_ORT_CUDA,
+    reason="ONNX Runtime has no CUDA execution provider (onnxruntime-gpu: xpuruntime[cuda])",
+)
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_cuda_column_on_a_gpu(
     case: tuple[tuple[str, str], str, str], model: Path, training: None
