@@ -203,6 +203,19 @@ class CacheLookup:
                 record.cache[self.key.kind]["store_problem"] = problem
         return stored
 
+    def invalidate(self, record: ExecutionRecord, reason: str) -> CacheLookup:
+        """A hit whose entry the engine could not load: remove the entry and look up again
+        (a miss to rebuild into), recorded as a miss with ``reason``."""
+        cache = ContentCache(self.path.parent.parent, self.key.kind)
+        with contextlib.suppress(OSError, CacheError), cache._lock(self.key.digest):
+            _remove(self.path)
+        lookup = cache.lookup(self.key)
+        lookup.explanation = (
+            f"miss: the stored entry failed to load ({reason}); it was discarded and rebuilt"
+        )
+        record.cache[self.key.kind] = lookup.as_record()
+        return lookup
+
     def discard(self) -> None:
         """Drop an uncommitted staging folder (the build failed or was abandoned)."""
         if self._cleanup is not None:

@@ -17,6 +17,7 @@ from xpuruntime.runtime.errors import FallbackError
 __all__ = [
     "CacheError",
     "DeviceNotFoundError",
+    "EngineMemoryError",
     "EngineRunError",
     "HostShapeComputeError",
     "InputDtypeError",
@@ -68,6 +69,12 @@ class DeviceNotFoundError(XpuRuntimeError, RuntimeError):
 
 class EngineRunError(XpuRuntimeError, RuntimeError):
     """The engine failed while running the model; the message carries the engine's reason."""
+
+
+class EngineMemoryError(XpuRuntimeError, MemoryError):
+    """The engine ran out of memory building or running the model (host or device); the
+    message names the engine's report and what to try (smaller inputs, a lower precision,
+    another device)."""
 
 
 class CacheError(XpuRuntimeError, OSError):

@@ -1,198 +1,29 @@
-"""The decision lockfile in inference: each engine session's decisions, recorded or replayed.
+"""The decision lockfile around engines the kit does not build (third-party plugins).
 
-An engine session has one lock entry, keyed by (engine, device, precision, model digest):
-the options it ran with and, where the engine has one, its tuning state (ONNX Runtime's
-tunable-op results, TensorRT's timing cache, OpenVINO's compiled blob). :class:`EngineLock`
-is what every engine uses to find its locked entry (a missing or foreign one goes through
-the fallback mode), to report a locked choice it could not honour, and to write the entry
-when recording. :func:`create_session` wraps ``Engine.create_session``: it carries training
-decisions of the lock over to the engine (:mod:`xpuruntime.inference.carry_over`) and runs
-the ONNX Runtime part, which needs nothing inside the engine.
+Kit engines (:class:`xpuruntime.inference.kit.KitEngine`) lock inside the kit's pipeline,
+the same way for every engine. For any other engine, :func:`create_session` carries the
+lock's training decisions over (:mod:`xpuruntime.inference.carry_over`) and says, when the
+engine locks nothing itself, that a lockfile cannot pin it.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from xpuruntime.policies.lock import Candidate, LockedChoice, LockEntry, Signature
-from xpuruntime.runtime.lockstore import (
-    LockStore,
-    find_replayable,
-    new_entry,
-    policy_store,
-    replay_fallback,
-)
-from xpuruntime.runtime.record import DecisionRecord, DecisionStatus
+from xpuruntime.inference.carry_over import carry_over
+from xpuruntime.inference.kit import KitEngine
+from xpuruntime.runtime.decisions import Decisions
 
 if TYPE_CHECKING:
     from xpuruntime.policies import ExecutionPolicy, KernelPolicy
-    from xpuruntime.policies.lock import Domain
     from xpuruntime.runtime.engines import Engine, EngineSession
     from xpuruntime.runtime.record import ExecutionRecord
 
-__all__ = ["EngineLock", "create_session", "model_digest"]
+__all__ = ["create_session"]
 
-#: Engines with lockable decisions (the others say so in the record).
-LOCKABLE_ENGINES: frozenset[str] = frozenset({"onnxruntime", "tensorrt", "openvino"})
-
-
-@functools.lru_cache(maxsize=64)
-def _digest(path: str, mtime_ns: int, size: int) -> str:
-    from xpuruntime.inference.cache import file_digest
-
-    return file_digest(Path(path))
-
-
-def model_digest(model: Path) -> str:
-    """SHA-256 of the model file (cached while the file is unchanged)."""
-    stat = model.stat()
-    return _digest(str(model.resolve()), stat.st_mtime_ns, stat.st_size)
-
-
-class EngineLock:
-    """The lock entry of one engine session: look it up, honour or refuse it, or write it."""
-
-    def __init__(
-        self,
-        store: LockStore,
-        policy: ExecutionPolicy,
-        record: ExecutionRecord,
-        domain: Domain,
-        model: Path,
-        device: str,
-    ) -> None:
-        self.store = store
-        self.policy = policy
-        self.record = record
-        self.domain = domain
-        self.device = device
-        self.signature: Signature = (
-            domain,
-            "session",
-            "",
-            policy.precision,
-            device,
-            "",
-            model_digest(model),
-        )
-        self._entry: LockEntry | None = None
-        self._looked_up = False
-
-    @classmethod
-    def open(
-        cls,
-        policy: ExecutionPolicy,
-        record: ExecutionRecord,
-        domain: Domain,
-        model: Path,
-        device: str,
-    ) -> EngineLock | None:
-        """The engine's lock when the policy records or replays, else None."""
-        store = policy_store(policy)
-        return None if store is None else cls(store, policy, record, domain, model, device)
-
-    @property
-    def replaying(self) -> bool:
-        return self.policy.lock == "replay"
-
-    @property
-    def recording(self) -> bool:
-        return self.policy.lock == "record"
-
-    def describe(self) -> str:
-        return f"{self.domain} session on {self.device} ({self.policy.precision})"
-
-    def locked(self) -> LockEntry | None:
-        """Replay: the entry to honour, or None after reporting why there is none."""
-        if not self.replaying:
-            return None
-        if not self._looked_up:
-            self._looked_up = True
-            found = find_replayable(self.store.read(), self.signature)
-            if found.entry is None:
-                self._fall_back("a locked entry", found.reason)
-            else:
-                self._entry = found.entry
-                _note_policy(self.record, found.entry, self.policy)
-        return self._entry
-
-    def refuse(self, entry: LockEntry, reason: str) -> None:
-        """Replay: ``entry`` cannot be honoured here; the engine decides anew."""
-        self._fall_back(entry.chosen(), reason)
-        self._entry = None
-
-    def honoured(self, entry: LockEntry, how: str) -> None:
-        """Replay: the engine runs exactly what ``entry`` locked."""
-        self._decision(entry.chosen(), "locked", f"replayed from {self.store.path.name}: {how}")
-
-    def save(
-        self,
-        choice: LockedChoice,
-        *,
-        reason: str,
-        candidates: Sequence[Candidate] = (),
-    ) -> LockEntry:
-        """Record: write this session's decisions into the lockfile."""
-        _, op, shape, dtype, device, layout, model = self.signature
-        entry = new_entry(
-            self.domain,
-            op,
-            choice,
-            policy=self.policy,
-            shape=shape,
-            dtype=dtype,
-            device=device,
-            layout=layout,
-            model=model,
-            candidates=candidates,
-            reason=reason,
-        )
-        self.store.record([entry])
-        self._decision(entry.chosen(), "decided", f"recorded to {self.store.path.name}: {reason}")
-        return entry
-
-    def _fall_back(self, locked: str, reason: str) -> None:
-        replay_fallback(
-            self.record,
-            what=self.describe(),
-            locked=locked,
-            chosen=f"{self.domain}'s own choice",
-            reason=reason,
-            mode=self.policy.fallback,
-        )
-        self._decision(f"{self.domain}'s own choice", "fallen_back", reason)
-
-    def _decision(self, kernel: str, status: DecisionStatus, reason: str) -> None:
-        self.record.decisions.append(
-            DecisionRecord(
-                op="session",
-                kernel=kernel,
-                mode="lock",
-                reason=reason,
-                shape=self.signature[6][:12],
-                dtype=self.policy.precision,
-                device=self.device,
-                status=status,
-            )
-        )
-
-
-def _note_policy(record: ExecutionRecord, entry: LockEntry, policy: ExecutionPolicy) -> None:
-    """Say so when a replayed entry was recorded under another policy (it is still used:
-    the lock pins decisions, the policy's explicit settings are checked one by one)."""
-    from xpuruntime.policies.lock import served_policy_hash
-
-    served = served_policy_hash(policy)
-    if entry.policy_hash not in (None, served):
-        note = (
-            f"lock: {entry.describe()} was recorded under policy {str(entry.policy_hash)[:12]},"
-            f" this session's policy is {served[:12]}"
-        )
-        if note not in record.notes:
-            record.notes.append(note)
+#: Engines outside the kit that lock their decisions themselves.
+SELF_LOCKING_ENGINES: frozenset[str] = frozenset({"openvino"})
 
 
 def create_session(
@@ -205,56 +36,23 @@ def create_session(
     record: ExecutionRecord,
 ) -> EngineSession:
     """``engine.create_session`` under the policy's decision lockfile (if it names one)."""
-    store = policy_store(exec_policy)
-    if store is None:
-        return engine.create_session(
-            model, device=device, exec_policy=exec_policy, kernel_policy=kernel_policy,
-            record=record,
-        )  # fmt: skip
     policy = exec_policy
-    lock = None
-    if engine.name == "onnxruntime":
-        # TensorRT and OpenVINO lock their decisions inside the build (engines/trt_lock.py,
-        # xpuruntime.npu.openvino_lock); ONNX Runtime's are options around the session.
-        from xpuruntime.inference.engines import ort_lock
-
-        lock = EngineLock(store, policy, record, "onnxruntime", model, device)
-        policy = ort_lock.before_create(lock)
-    elif engine.name not in LOCKABLE_ENGINES:
-        _unlockable(engine.name, store, policy, record)
-    if exec_policy.lock == "replay":
-        from xpuruntime.inference.carry_over import carry_over
-
-        policy = carry_over(store.read(), engine.name, device, policy, record)
-    session = engine.create_session(
+    store = Decisions.for_policy(policy, record=record).lock
+    if store is not None and not isinstance(engine, KitEngine):
+        decisions = Decisions(policy, record=record, lock=store)
+        if engine.name not in SELF_LOCKING_ENGINES:
+            reason = f"the {engine.name} engine exposes no decisions a lockfile can pin"
+            if policy.lock == "replay":
+                decisions.replay_fallback(
+                    what=f"{engine.name} session",
+                    locked=str(store.path),
+                    chosen=f"{engine.name}'s own choices",
+                    reason=reason,
+                )
+            else:
+                record.notes.append(f"lock: nothing recorded for {engine.name}: {reason}")
+        if policy.lock == "replay":
+            policy = carry_over(store.read(), engine.name, device, policy, record)
+    return engine.create_session(
         model, device=device, exec_policy=policy, kernel_policy=kernel_policy, record=record
     )
-    if lock is not None:
-        ort_lock.after_create(lock, session)
-    return session
-
-
-def _unlockable(
-    name: str, store: LockStore, policy: ExecutionPolicy, record: ExecutionRecord
-) -> None:
-    reason = f"the {name} engine exposes no decisions a lockfile can pin"
-    if policy.lock == "replay":
-        replay_fallback(
-            record,
-            what=f"{name} session",
-            locked=str(store.path),
-            chosen=f"{name}'s own choices",
-            reason=reason,
-            mode=policy.fallback,
-        )
-    else:
-        record.notes.append(f"lock: nothing recorded for {name}: {reason}")
-
-
-def changed_options(locked: Mapping[str, Any], effective: Mapping[str, Any]) -> list[str]:
-    """``name: locked -> effective`` for every locked option the session does not run with."""
-    return [
-        f"{name}: locked {value!r}, runs with {effective.get(name)!r}"
-        for name, value in sorted(locked.items())
-        if effective.get(name) != value
-    ]

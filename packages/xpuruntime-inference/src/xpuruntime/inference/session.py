@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 import warnings
 from collections import deque
@@ -207,8 +208,6 @@ class InferenceSession:
             engine=chosen.choice,
             device=Choice(policy.device, str(spec), device_reason),
         )
-        if bundle is not None:
-            bundle.describe(record)
         self._bundle = bundle
         self._engine_session: EngineSession = create_session(
             chosen.engine(),
@@ -218,6 +217,8 @@ class InferenceSession:
             kernel_policy=policy.kernel_policy,
             record=record,
         )
+        if bundle is not None:  # after the build: the record names the engine's nodes
+            bundle.describe(record, chosen.engine.name)
         self._record = record
         self._policy = policy
         self._engine_name = chosen.engine.name
@@ -231,6 +232,9 @@ class InferenceSession:
         self._output_names = tuple(o.name for o in self._engine_session.outputs)
         self._runs: deque[tuple[int, float, RunStats]] = deque(maxlen=RUN_HISTORY)
         self._run_count = 0
+        # Guards _runs and _run_count for record(): held for an append or a copy, never
+        # across a run, so readers never wait for the engine.
+        self._history = threading.Lock()
         self._profiling = policy.profiling
         self._closed = False
         if policy.profiling:
@@ -306,8 +310,12 @@ class InferenceSession:
         Returns a dict of output name -> tensor (numpy on the host; device tensors with
         DLPack when the inputs were device-resident on a CUDA session). ``output_names``
         selects outputs. A bad input raises an :class:`InputError` and leaves the session
-        usable.
+        usable. ``output_names`` None or empty: every output, in model order.
         """
+        if self._closed:
+            raise SessionClosedError(
+                f"this session of {self._record.model} was closed; create a new one"
+            )
         if self._check_feeds or output_names is not None or type(feeds) is not dict:
             self._check_call(feeds, output_names)
         if self._shared_dimensions:
@@ -339,8 +347,9 @@ class InferenceSession:
             ) from exc
         elapsed = _clock() - start
         # RunRecords are built in record(): a tuple here keeps the per-run cost small.
-        self._runs.append((self._run_count, elapsed, engine_session.run_stats()))
-        self._run_count += 1
+        with self._history:
+            self._runs.append((self._run_count, elapsed, engine_session.run_stats()))
+            self._run_count += 1
         return outputs
 
     def _check_call(self, feeds: Mapping[str, Any], output_names: Sequence[str] | None) -> None:
@@ -364,7 +373,8 @@ class InferenceSession:
         for symbol, message in self._validator.disagreements(feeds).items():
             if symbol not in self._warned_dimensions:
                 self._warned_dimensions.add(symbol)
-                self._record.notes.append(f"inputs: {message}")
+                with self._history:
+                    self._record.notes.append(f"inputs: {message}")
                 warnings.warn(message, InputShapeWarning, stacklevel=3)
 
     def _check_output_names(self, output_names: Sequence[str]) -> None:
@@ -382,13 +392,19 @@ class InferenceSession:
 
     # -- explaining -----------------------------------------------------------------------
     def record(self) -> ExecutionRecord:
-        """The execution record: settings, node placement, fallbacks and the latest runs."""
-        notes = list(self._record.notes)
-        if self._run_count > len(self._runs):
-            notes.append(f"runs: the last {len(self._runs)} of {self._run_count} runs are kept")
+        """The execution record: settings, node placement, fallbacks and the latest runs.
+
+        A snapshot: safe to call while other threads run the session, and unaffected by
+        later runs."""
+        with self._history:
+            history = list(self._runs)
+            count = self._run_count
+            notes = list(self._record.notes)
+        if count > len(history):
+            notes.append(f"runs: the last {len(history)} of {count} runs are kept")
         runs = [
             RunRecord(index, seconds * 1e3, list(stats.copies), stats.syncs, stats.io_binding)
-            for index, seconds, stats in self._runs
+            for index, seconds, stats in history
         ]
         return msgspec.structs.replace(self._record, runs=runs, notes=notes)
 

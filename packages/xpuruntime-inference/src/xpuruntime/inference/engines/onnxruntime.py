@@ -1,53 +1,215 @@
-"""The ``onnxruntime`` engine: ONNX Runtime's CPU and CUDA execution providers.
+"""The ``onnxruntime`` engine: ONNX Runtime's CPU and CUDA execution providers, as an
+adapter of the engine kit (:mod:`xpuruntime.inference.kit`).
 
 ``import onnxruntime`` happens inside methods only (listing engines stays cheap).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from xpuruntime.inference.device import cuda_device_count, parse_device
 from xpuruntime.inference.engine_logs import native_stderr_to_logging
+from xpuruntime.inference.engines import ort_lock
 from xpuruntime.inference.engines.ort_kernels import kernel_support
 from xpuruntime.inference.engines.ort_options import (
     CPU_EP,
     CUDA_EP,
     ORT_SEVERITIES,
     build_config,
-    free_dimension_overrides,
 )
-from xpuruntime.inference.engines.ort_placement import (
+from xpuruntime.inference.engines.ort_session import OnnxRuntimeSession
+from xpuruntime.inference.kit import BuildPlan, EngineAdapter, KitEngine, Target
+from xpuruntime.inference.kit.provider_assignment import (
     RECORD_ASSIGNMENT,
     assigned_nodes,
     cpu_preferred_nodes,
     record_assignment,
 )
-from xpuruntime.inference.engines.ort_session import OnnxRuntimeSession
-from xpuruntime.inference.errors import InvalidModelError
-from xpuruntime.inference.kernel_mapping import apply_kernel_policy
-from xpuruntime.inference.model_info import ModelInfo, read_model_info
 from xpuruntime.inference.placement import name_nodes
-from xpuruntime.inference.precision import apply_precision
 from xpuruntime.inference.settings import add_setting
-from xpuruntime.runtime.engines import Availability, Engine
+from xpuruntime.runtime.engines import Availability
 from xpuruntime.runtime.errors import FallbackError, UnsupportedOperationError
-from xpuruntime.runtime.record import Choice, ExecutionRecord
+from xpuruntime.runtime.record import Choice
 
 if TYPE_CHECKING:
-    from xpuruntime.policies import ExecutionPolicy, KernelPolicy
+    from xpuruntime.inference.kernel_mapping import SupportTable
+    from xpuruntime.inference.kit.locking import EngineLock
+    from xpuruntime.policies.lock import LockedChoice, LockEntry
+    from xpuruntime.runtime.decisions import Decisions
+
+_INSTALL = "pip install 'xpuruntime[cpu]' (or 'xpuruntime[cuda]' for the CUDA execution provider)"
 
 
-class OnnxRuntimeEngine(Engine):
+class OnnxRuntimeAdapter(EngineAdapter):
+    """ONNX Runtime's steps of the kit's pipeline."""
+
+    name: ClassVar[str] = "onnxruntime"
+    cache_kind: ClassVar[str | None] = "onnxruntime-optimized-model"
+    lockable: ClassVar[bool] = True
+
+    def version(self, target: Target | None = None) -> str:
+        import onnxruntime as ort
+
+        provider = f" {target.native}" if target is not None else ""
+        return f"onnxruntime {ort.__version__}{provider}"
+
+    def target(self, device: str, decisions: Decisions) -> Target:
+        """The execution provider for ``device``; a missing one goes through the fallback."""
+        import onnxruntime as ort
+
+        spec = parse_device(device)
+        if spec.kind == "cpu":
+            return Target("cpu", CPU_EP)
+        if spec.kind == "npu":
+            reason = (
+                "ONNX Runtime's NPU providers are engines of xpuruntime-npu: use "
+                "engine='openvino' or engine='qnn' (pip install 'xpuruntime[openvino]')"
+            )
+            wanted = "NPU execution provider"
+        elif CUDA_EP not in ort.get_available_providers():
+            reason = (
+                f"onnxruntime {ort.__version__} here has no CUDA execution provider "
+                f"(available: {', '.join(ort.get_available_providers())}); install the CUDA "
+                f"build: pip install 'xpuruntime[cuda]'"
+            )
+            wanted = CUDA_EP
+        elif cuda_device_count() == 0:
+            reason = (
+                "no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES hides it)"
+            )
+            wanted = CUDA_EP
+        else:
+            return Target(f"cuda:{spec.ordinal}", CUDA_EP)
+        decisions.fallback(what=f"device {spec}", requested=wanted, chosen=CPU_EP, reason=reason)
+        decisions.record.device = Choice(device, "cpu", reason)
+        return Target("cpu", CPU_EP)
+
+    def precisions(self, target: Target) -> Collection[str]:
+        return ("fp32", "tf32") if target.native == CUDA_EP else ("fp32",)
+
+    def kernel_support(self, target: Target) -> SupportTable:
+        return kernel_support(str(target.native))
+
+    def replay(self, plan: BuildPlan, entry: LockEntry, lock: EngineLock) -> None:
+        plan.policy = ort_lock.replay_options(plan.policy, entry, lock)
+
+    def configure(self, plan: BuildPlan, decisions: Decisions) -> None:
+        import onnxruntime as ort
+
+        on_cuda = plan.target.native == CUDA_EP
+        index = parse_device(plan.target.device).ordinal
+        if on_cuda:
+            _load_cuda_libraries(ort, decisions)
+        stream = _core_stream(index) if on_cuda else None
+        config = build_config(
+            plan.policy,
+            provider=str(plan.target.native),
+            device_index=index,
+            record=decisions.record,
+            engine_options=plan.policy.engine_options.get("onnxruntime", {}),
+            kernel_options=plan.kernel_options,
+            free_dims=plan.free_dims,
+            stream_handle=None if stream is None else int(stream.handle),
+        )
+        plan.options.update(config=config, device_index=index, stream=stream)
+        plan.keep_alive += [stream, config]
+
+    def build(self, plan: BuildPlan, decisions: Decisions) -> Any:
+        import onnxruntime as ort
+
+        config = plan.options["config"]
+        options = config.options
+        load_path = plan.model
+        cached = plan.cache
+        if cached is not None and cached.hit:
+            # The cached graph is already optimized for this key: optimizing again only costs.
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            load_path = cached.entry / "model.onnx"
+        elif cached is not None:
+            options.graph_optimization_level = plan.options.setdefault(
+                "optimization_level", options.graph_optimization_level
+            )
+            options.optimized_model_filepath = str(cached.entry / "model.onnx")
+        provider = str(plan.target.native)
+        policy = plan.policy
+        with native_stderr_to_logging("onnxruntime", policy.engine_log_level) as logged:
+            # The partitioner reports, at level info on the default logger, each node it
+            # keeps on the CPU as cheap shape work: read that while the session is made.
+            if provider != CPU_EP:
+                ort.set_default_logger_severity(ORT_SEVERITIES["info"])
+            try:
+                session = _create(ort, load_path, config, provider)
+            finally:
+                ort.set_default_logger_severity(ORT_SEVERITIES[policy.engine_log_level])
+        plan.options["logged"] = logged
+        if provider == CUDA_EP and CUDA_EP not in session.get_providers():
+            decisions.fallback(
+                what="execution provider",
+                requested=CUDA_EP,
+                chosen=CPU_EP,
+                reason="ONNX Runtime could not initialise the CUDA execution provider (are the "
+                "CUDA/cuDNN libraries loadable? `import torch` first, or call "
+                "onnxruntime.preload_dlls())",
+            )
+            plan.target = Target("cpu", CPU_EP)
+        return session
+
+    def read_placement(self, built: Any, plan: BuildPlan, decisions: Decisions) -> None:
+        import onnxruntime as ort
+
+        record = decisions.record
+        nodes = assigned_nodes(built)
+        if nodes is None:
+            add_setting(
+                record,
+                "node_assignment",
+                True,
+                None,
+                False,
+                f"onnxruntime {ort.__version__} cannot report node placement (needs >= 1.22)",
+            )
+            return
+        record_assignment(
+            record,
+            nodes,
+            requested=str(plan.target.native),
+            policy=plan.policy,
+            graph=plan.info.graph,
+            precision=plan.precision,
+            cpu_preferred=cpu_preferred_nodes(plan.options.get("logged", ())),
+        )
+        for node in record.nodes:
+            node.precision = plan.info.node_precision(node.name) or node.precision
+
+    def lock_choice(self, built: Any, plan: BuildPlan, lock: EngineLock) -> LockedChoice:
+        return ort_lock.lock_choice(built, lock)
+
+    def check_replay(self, built: Any, plan: BuildPlan, entry: LockEntry) -> list[str]:
+        return ort_lock.check_replay(built, entry)
+
+    def session(self, built: Any, plan: BuildPlan) -> OnnxRuntimeSession:
+        stream = plan.options.get("stream")
+        return OnnxRuntimeSession(
+            built,
+            provider=str(plan.target.native),
+            device_index=plan.options["device_index"],
+            profile_dir=plan.options["config"].profile_dir,
+            keep_alive=plan.keep_alive,
+            stream_handle=None if stream is None else int(stream.handle),
+        )
+
+
+class OnnxRuntimeEngine(KitEngine):
     """ONNX Runtime with the CPU execution provider, and the CUDA one where installed."""
 
     name: ClassVar[str] = "onnxruntime"
     aliases: ClassVar[tuple[str, ...]] = ("onnxrt", "ort")
     device_kinds: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
-    install_hint: ClassVar[str] = (
-        "pip install 'xpuruntime[cpu]' (or 'xpuruntime[cuda]' for the CUDA execution provider)"
-    )
+    install_hint: ClassVar[str] = _INSTALL
+    adapter: ClassVar[type[EngineAdapter]] = OnnxRuntimeAdapter
 
     @classmethod
     def availability(cls) -> Availability:
@@ -73,178 +235,21 @@ class OnnxRuntimeEngine(Engine):
             {"onnxruntime": ort.__version__, "providers": ",".join(providers)},
         )
 
-    def create_session(
-        self,
-        model: Path,
-        *,
-        device: str,
-        exec_policy: ExecutionPolicy,
-        kernel_policy: KernelPolicy | None,
-        record: ExecutionRecord,
-    ) -> OnnxRuntimeSession:
-        import onnxruntime as ort
 
-        model = _pick_model(model, exec_policy, record)
-        info = read_model_info(model)
-        provider, device_index = _choose_provider(device, exec_policy, record)
-        if provider == CUDA_EP:
-            _load_cuda_libraries(ort, record)
-        precision = apply_precision(
-            exec_policy,
-            info,
-            engine="onnxruntime",
-            record=record,
-            supported={"fp32", "tf32"} if provider == CUDA_EP else {"fp32"},
-        )
-        kernel_options = apply_kernel_policy(
-            kernel_policy,
-            engine="onnxruntime",
-            device=(record.device.chosen if record.device else None) or device,
-            op_types=info.op_types,
-            support=kernel_support(provider),
-            record=record,
-            fallback=exec_policy.fallback,
-        )
-        _record_static_shape(exec_policy, info, record)
-        stream = _core_stream(device_index) if provider == CUDA_EP else None
-        stream_handle = None if stream is None else int(stream.handle)
-        config = build_config(
-            exec_policy,
-            provider=provider,
-            device_index=device_index,
-            record=record,
-            engine_options=exec_policy.engine_options.get("onnxruntime", {}),
-            kernel_options=kernel_options,
-            free_dims=free_dimension_overrides(exec_policy.input_shapes, info.inputs),
-            stream_handle=stream_handle,
-        )
-        cached = _optimized_model_cache(model, exec_policy, provider, config, record)
-        load_path = cached.entry / "model.onnx" if cached is not None and cached.hit else model
-        with native_stderr_to_logging("onnxruntime", exec_policy.engine_log_level) as logged:
-            # The partitioner reports, at level info on the default logger, each node it
-            # keeps on the CPU as cheap shape work: read that while the session is made.
-            if provider != CPU_EP:
-                ort.set_default_logger_severity(ORT_SEVERITIES["info"])
-            try:
-                session = _create(ort, load_path, config, provider)
-            finally:
-                ort.set_default_logger_severity(ORT_SEVERITIES[exec_policy.engine_log_level])
-        if cached is not None and not cached.hit:
-            cached.commit(
-                record
-            )  # ONNX Runtime wrote the optimized model while creating the session
-        if provider == CUDA_EP and CUDA_EP not in session.get_providers():
-            record.fallback(
-                what="execution provider",
-                requested=CUDA_EP,
-                chosen=CPU_EP,
-                reason="ONNX Runtime could not initialise the CUDA execution provider (are the "
-                "CUDA/cuDNN libraries loadable? `import torch` first, or call "
-                "onnxruntime.preload_dlls())",
-                mode=exec_policy.fallback,
-            )
-            provider = CPU_EP
-        nodes = assigned_nodes(session)
-        if nodes is None:
-            add_setting(
-                record,
-                "node_assignment",
-                True,
-                None,
-                False,
-                f"onnxruntime {ort.__version__} cannot report node placement (needs >= 1.22)",
-            )
-        else:
-            record_assignment(
-                record,
-                nodes,
-                requested=provider,
-                policy=exec_policy,
-                graph=info.graph,
-                precision=precision,
-                cpu_preferred=cpu_preferred_nodes(logged),
-            )
-            _fill_node_precision(record, info)
-        return OnnxRuntimeSession(
-            session,
-            provider=provider,
-            device_index=device_index,
-            profile_dir=config.profile_dir,
-            keep_alive=[stream, config],
-            stream_handle=stream_handle,
-        )
-
-
-def _pick_model(model: Path, policy: ExecutionPolicy, record: ExecutionRecord) -> Path:
-    """The quantized model the policy names, when it asks for int8 and gives one."""
-    if policy.precision != "int8" or not policy.quantized_model:
-        return model
-    quantized = Path(policy.quantized_model).expanduser()
-    if not quantized.is_file():
-        from xpuruntime.inference.errors import ModelNotFoundError
-
-        raise ModelNotFoundError(
-            f"ExecutionPolicy.quantized_model {str(quantized)!r} does not exist; quantize the "
-            f"model first (onnxruntime.quantization.quantize_static) or remove the setting"
-        )
-    add_setting(
-        record,
-        "quantized_model",
-        str(quantized),
-        str(quantized),
-        True,
-        "runs the quantized model instead of the fp32 one",
-    )
-    return quantized
-
-
-def _load_cuda_libraries(ort: Any, record: ExecutionRecord) -> None:
+def _load_cuda_libraries(ort: Any, decisions: Decisions) -> None:
     """Load the CUDA and cuDNN libraries the CUDA EP needs from the pip packages
     (``onnxruntime-gpu[cuda,cudnn]``, or PyTorch's) before the session starts; without this
     the EP fails to start unless something (``import torch``) loaded them first."""
     preload = getattr(ort, "preload_dlls", None)
     if preload is None:  # ONNX Runtime < 1.21: the libraries must be on the loader's path
         return
+    record = decisions.record
     try:
         preload()
-    except Exception as exc:  # a missing package: the EP start check below says what failed
+    except Exception as exc:  # a missing package: the EP start check says what failed
         add_setting(record, "cuda_libraries", "preload", None, False, f"preload_dlls(): {exc}")
         return
     add_setting(record, "cuda_libraries", "preload", "onnxruntime.preload_dlls()", True)
-
-
-def _choose_provider(
-    device: str, policy: ExecutionPolicy, record: ExecutionRecord
-) -> tuple[str, int]:
-    """The execution provider for ``device``; a missing one goes through the fallback mode."""
-    import onnxruntime as ort
-
-    spec = parse_device(device)
-    if spec.kind == "cpu":
-        return CPU_EP, 0
-    if spec.kind == "npu":
-        reason = (
-            "ONNX Runtime's NPU providers are engines of xpuruntime-npu: use "
-            "engine='openvino' or engine='qnn' (pip install 'xpuruntime[openvino]')"
-        )
-        wanted = "NPU execution provider"
-    elif CUDA_EP not in ort.get_available_providers():
-        reason = (
-            f"onnxruntime {ort.__version__} here has no CUDA execution provider "
-            f"(available: {', '.join(ort.get_available_providers())}); install the CUDA "
-            f"build: pip install 'xpuruntime[cuda]'"
-        )
-        wanted = CUDA_EP
-    elif cuda_device_count() == 0:
-        reason = "no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES hides it)"
-        wanted = CUDA_EP
-    else:
-        return CUDA_EP, spec.ordinal
-    record.fallback(
-        what=f"device {spec}", requested=wanted, chosen=CPU_EP, reason=reason, mode=policy.fallback
-    )
-    record.device = Choice(device, "cpu", reason)
-    return CPU_EP, 0
 
 
 def _core_stream(device_index: int) -> Any:
@@ -252,61 +257,6 @@ def _core_stream(device_index: int) -> Any:
     from xpuruntime.runtime.streams import Stream
 
     return Stream(device=device_index)
-
-
-def _record_static_shape(policy: ExecutionPolicy, info: ModelInfo, record: ExecutionRecord) -> None:
-    if not policy.static_shape:
-        return
-    symbolic = sorted({d for dims in info.inputs.values() for d in dims if isinstance(d, str)})
-    fixed = set()
-    for name, shape in (policy.input_shapes or {}).items():
-        fixed |= {
-            d for d, _ in zip(info.inputs.get(name, ()), shape, strict=False) if isinstance(d, str)
-        }
-    left = [s for s in symbolic if s not in fixed]
-    add_setting(
-        record,
-        "static_shape",
-        True,
-        "fixed by input_shapes" if not left else None,
-        not left,
-        ""
-        if not left
-        else f"symbolic dimensions {left} stay dynamic: give "
-        f"ExecutionPolicy.input_shapes for every input",
-    )
-
-
-def _optimized_model_cache(
-    model: Path, policy: ExecutionPolicy, provider: str, config: Any, record: ExecutionRecord
-) -> Any:
-    """Reuse ONNX Runtime's optimized graph across processes, keyed by content."""
-    if not policy.cache_dir:
-        return None
-    import onnxruntime as ort
-
-    from xpuruntime.inference.cache import CacheKey, file_digest, open_entry, stable_digest
-    from xpuruntime.runtime.fingerprint import fingerprint_hash
-
-    key = CacheKey(
-        "onnxruntime-optimized-model",
-        {
-            "model": file_digest(model),
-            "policy": policy.content_hash(),
-            "shapes": stable_digest(policy.input_shapes or {}),
-            "environment": record.environment_hash or fingerprint_hash(),
-            "engine": f"onnxruntime {ort.__version__} {provider}",
-        },
-    )
-    lookup = open_entry(policy.cache_dir, key, record, policy.fallback)
-    if lookup is None:  # an unusable cache folder, recorded as a fallback
-        return None
-    if lookup.hit:
-        # The cached graph is already optimized for this key; optimizing again only costs time.
-        config.options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    else:
-        config.options.optimized_model_filepath = str(lookup.entry / "model.onnx")
-    return lookup
 
 
 def _create(ort: Any, path: Path, config: Any, provider: str) -> Any:
@@ -326,9 +276,7 @@ def _create(ort: Any, path: Path, config: Any, provider: str) -> Any:
             raise UnsupportedOperationError(
                 f"ONNX Runtime {ort.__version__} has no kernel for a node of {path}: {message}"
             ) from exc
-        raise InvalidModelError(
-            f"ONNX Runtime {ort.__version__} cannot load {path}: {message}"
-        ) from exc
+        raise  # the kit types it (memory-class failures, else InvalidModelError)
 
 
 def _strict_refusal(ort: Any, path: Path, config: Any, provider: str, message: str) -> str:
@@ -353,8 +301,3 @@ def _strict_refusal(ort: Any, path: Path, config: Any, provider: str, message: s
         f"fallback='error'; set ExecutionPolicy(fallback='warn') or 'allow' to run them on "
         f"the CPU and record it"
     )
-
-
-def _fill_node_precision(record: ExecutionRecord, info: ModelInfo) -> None:
-    for node in record.nodes:
-        node.precision = info.node_precision(node.name) or node.precision

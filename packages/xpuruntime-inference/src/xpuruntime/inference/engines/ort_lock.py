@@ -18,12 +18,12 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from xpuruntime.inference.engines.ort_options import CUDA_EP, CUDA_PROVIDER_OPTIONS
-from xpuruntime.inference.lock_apply import EngineLock, changed_options
+from xpuruntime.inference.kit.locking import EngineLock, changed_options
 from xpuruntime.policies.lock import LockedChoice
 
 if TYPE_CHECKING:
     from xpuruntime.policies import ExecutionPolicy
-    from xpuruntime.runtime.engines import EngineSession
+    from xpuruntime.policies.lock import LockEntry
 
 #: CUDA execution provider options that select kernels (what a lock pins).
 KERNEL_OPTIONS: frozenset[str] = frozenset(
@@ -68,12 +68,8 @@ def _effective(session: Any) -> dict[str, Any]:
     return effective
 
 
-def before_create(lock: EngineLock) -> ExecutionPolicy:
+def replay_options(policy: ExecutionPolicy, entry: LockEntry, lock: EngineLock) -> ExecutionPolicy:
     """Replay: the policy with the locked CUDA options added as engine options."""
-    policy = lock.policy
-    entry = lock.locked()
-    if entry is None:
-        return policy
     prefix = f"{CUDA_EP}."
     locked = {
         name.removeprefix(prefix): value
@@ -103,40 +99,30 @@ def before_create(lock: EngineLock) -> ExecutionPolicy:
     )
 
 
-def after_create(lock: EngineLock, session: EngineSession) -> None:
-    """Record the session's decisions, or check that the replayed ones took effect."""
-    ort_session = getattr(session, "session", None)
-    if ort_session is None:
-        return
-    import onnxruntime as ort
-
+def lock_choice(ort_session: Any, lock: EngineLock) -> LockedChoice:
+    """Record: the options the session runs with (and, at exit, its tunable-op results)."""
     effective = _effective(ort_session)
-    if lock.recording:
-        lock.save(
-            LockedChoice(kernel=effective["providers"][0], options=effective),
-            reason=f"options ONNX Runtime {ort.__version__} reports for the session",
-        )
-        if effective.get(f"{CUDA_EP}.tunable_op_enable") == "1":
-            _save_tuning_at_exit(lock, ort_session)
-        return
-    entry = lock.locked()
-    if entry is None:
-        return
+    if effective.get(f"{CUDA_EP}.tunable_op_enable") == "1":
+        _save_tuning_at_exit(lock, ort_session)
+    return LockedChoice(kernel=effective["providers"][0], options=effective)
+
+
+def check_replay(ort_session: Any, entry: LockEntry) -> list[str]:
+    """Replay: what differs from the entry (empty: the locked options and tuning hold)."""
+    effective = _effective(ort_session)
     locked = {
         k: v for k, v in entry.choice.options.items() if k.rpartition(".")[2] not in _NOT_COMPARED
     }
     differences = changed_options(locked, effective)
     if differences:
-        lock.refuse(entry, "; ".join(differences))
-        return
+        return differences
     tuning = entry.choice.options.get(_TUNING)
     if tuning:
         try:
             ort_session.set_tuning_results(tuning, error_on_invalid=True)
         except Exception as exc:  # ONNX Runtime validates the results against this machine
-            lock.refuse(entry, f"ONNX Runtime rejected the locked tuning results: {exc}")
-            return
-    lock.honoured(entry, "providers and kernel options" + (", tuning results" if tuning else ""))
+            return [f"ONNX Runtime rejected the locked tuning results: {exc}"]
+    return []
 
 
 def _save_tuning_at_exit(lock: EngineLock, ort_session: Any) -> None:

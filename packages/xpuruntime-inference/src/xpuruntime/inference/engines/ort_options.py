@@ -8,11 +8,11 @@ provider. Fields that ONNX Runtime has no knob for are recorded as not honoured,
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from xpuruntime.inference.engines.ort_placement import RECORD_ASSIGNMENT, can_report_assignment
+from xpuruntime.inference.kit.provider_assignment import RECORD_ASSIGNMENT, can_report_assignment
 from xpuruntime.inference.settings import add_setting
 from xpuruntime.policies.errors import PolicyError
 from xpuruntime.runtime.record import ExecutionRecord
@@ -298,43 +298,3 @@ def _apply_engine_options(
                 f"('session.*', 'optimization.*', 'mlas.*') or a CUDA provider option "
                 f"({', '.join(sorted(CUDA_PROVIDER_OPTIONS))})"
             )
-
-
-def free_dimension_overrides(
-    input_shapes: Mapping[str, Sequence[int]] | None,
-    declared: Mapping[str, Sequence[int | str | None]],
-) -> dict[str, int]:
-    """Map ``ExecutionPolicy.input_shapes`` onto the model's symbolic dimension names.
-
-    A fixed dimension that disagrees with the policy, an unknown input name or a wrong rank
-    is a PolicyError: the policy describes another model.
-    """
-    if not input_shapes:
-        return {}
-    overrides: dict[str, int] = {}
-    for name, shape in input_shapes.items():
-        if name not in declared:
-            raise PolicyError(
-                f"ExecutionPolicy.input_shapes names input {name!r}, but the model's inputs are "
-                f"{sorted(declared)}"
-            )
-        dims = declared[name]
-        if len(dims) != len(shape):
-            raise PolicyError(
-                f"ExecutionPolicy.input_shapes[{name!r}] = {list(shape)} has rank {len(shape)}, "
-                f"the model's input has rank {len(dims)} ({list(dims)})"
-            )
-        for axis, (dim, value) in enumerate(zip(dims, shape, strict=True)):
-            if isinstance(dim, int) and dim != value:
-                raise PolicyError(
-                    f"ExecutionPolicy.input_shapes[{name!r}] sets dimension {axis} to {value}, "
-                    f"but the model fixes it to {dim}"
-                )
-            if isinstance(dim, str):
-                previous = overrides.setdefault(dim, int(value))
-                if previous != value:
-                    raise PolicyError(
-                        f"ExecutionPolicy.input_shapes gives dimension {dim!r} two values: "
-                        f"{previous} and {value}"
-                    )
-    return overrides

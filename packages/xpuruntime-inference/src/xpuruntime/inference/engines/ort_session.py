@@ -17,13 +17,14 @@ import numpy as np
 
 from xpuruntime.inference.engines.ort_options import CUDA_EP
 from xpuruntime.inference.errors import InputError
+from xpuruntime.inference.kit.contract import KitSession
 from xpuruntime.inference.tensors import (
     as_host_array,
     dtype_name,
     onnx_type_to_numpy_name,
     placement,
 )
-from xpuruntime.runtime.engines import NO_TRANSFERS, EngineSession, RunStats, TensorInfo
+from xpuruntime.runtime.engines import NO_TRANSFERS, RunStats, TensorInfo
 from xpuruntime.runtime.record import CopyRecord
 
 _log = logging.getLogger(__name__)
@@ -60,19 +61,12 @@ def _ort_version() -> str:
     return str(ort.__version__)
 
 
-def _numpy_dtype(name: str) -> np.dtype[Any] | None:
-    try:
-        return np.dtype(name)
-    except TypeError:  # bfloat16, float8: no numpy dtype
-        return None
-
-
 def _tensor_info(arg: Any) -> TensorInfo:
     shape = tuple(d if isinstance(d, (int, str)) else None for d in arg.shape)
     return TensorInfo(arg.name, onnx_type_to_numpy_name(arg.type), shape)
 
 
-class OnnxRuntimeSession(EngineSession):
+class OnnxRuntimeSession(KitSession):
     """Runs one ``onnxruntime.InferenceSession``; counts the host<->device copies it makes.
 
     On the CUDA execution provider, inputs that already live on the session's GPU are bound
@@ -92,6 +86,11 @@ class OnnxRuntimeSession(EngineSession):
         keep_alive: Sequence[Any],
         stream_handle: int | None = None,
     ) -> None:
+        super().__init__(
+            tuple(_tensor_info(a) for a in session.get_inputs()),
+            tuple(_tensor_info(a) for a in session.get_outputs()),
+            engine="onnxruntime",
+        )
         self.session = session
         self.provider = provider
         self._run = _run_callable(session)
@@ -100,17 +99,12 @@ class OnnxRuntimeSession(EngineSession):
         self._profile_dir = profile_dir
         self._keep_alive = list(keep_alive)  # the compute stream must outlive the session
         self._stream_handle = stream_handle
-        self._inputs = tuple(_tensor_info(a) for a in session.get_inputs())
-        self._outputs = tuple(_tensor_info(a) for a in session.get_outputs())
-        self._output_names = [o.name for o in self._outputs]
         self._input_count = len(self._inputs)
-        # ONNX Runtime converts a (nested) list feed to the input's element type, as numpy does.
-        self._list_dtypes = {i.name: _numpy_dtype(i.dtype) for i in self._inputs}
         self._stats = NO_TRANSFERS
         # Profiles live in a private temporary folder: removed on close() or garbage collection.
         self._release = weakref.finalize(self, _end_profiling, session, profile_dir)
 
-    def close(self) -> None:
+    def release(self) -> None:
         self._release()
         # The pybind session is released with the last reference; run() fails from now on.
         self.session = self._run = None
@@ -118,25 +112,14 @@ class OnnxRuntimeSession(EngineSession):
     # ONNX Runtime rejects wrong names, element types, ranks and fixed dimensions itself.
     checks_inputs = True
 
-    @property
-    def inputs(self) -> Sequence[TensorInfo]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> Sequence[TensorInfo]:
-        return self._outputs
-
     def run_stats(self) -> RunStats:
         return self._stats
 
-    def run(
-        self, feeds: Mapping[str, Any], output_names: Sequence[str] | None = None
-    ) -> dict[str, Any]:
+    def execute(self, feeds: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
         if len(feeds) < self._input_count:
             # The pybind session notices a missing input only inside a kernel (and logs an
             # error there); the caller's check names it.
             raise ValueError(f"{self._input_count - len(feeds)} input(s) missing")
-        names = list(output_names) if output_names else self._output_names
         if not self._on_cuda:
             for x in feeds.values():
                 if type(x) is not np.ndarray:
@@ -170,9 +153,6 @@ class OnnxRuntimeSession(EngineSession):
         host: dict[str, np.ndarray] = {}
         fetched = fetched_bytes = 0
         for name, x in feeds.items():
-            if isinstance(x, list):
-                host[name] = np.asarray(x, dtype=self._list_dtypes.get(name))
-                continue
             array, copied = as_host_array(x)
             host[name] = array
             if copied:

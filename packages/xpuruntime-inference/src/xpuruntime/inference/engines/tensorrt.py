@@ -12,7 +12,7 @@ its Python API and its tests skip there.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -21,7 +21,7 @@ import numpy as np
 from xpuruntime.inference.device import cuda_device_count, current_cuda_device, parse_device
 from xpuruntime.inference.engine_logs import tensorrt_logger
 from xpuruntime.inference.engines.trt_build import (
-    BuildPlan,
+    BuilderSettings,
     build_engine,
     kernel_support,
     shape_ranges,
@@ -30,20 +30,21 @@ from xpuruntime.inference.engines.trt_build import (
 from xpuruntime.inference.engines.trt_lock import (
     TimingCacheRefused,
     locked_timing_cache,
+    recorded_choice,
+    replay_differences,
     scratch_folder,
-    settle,
 )
-from xpuruntime.inference.kernel_mapping import apply_kernel_policy
-from xpuruntime.inference.lock_apply import EngineLock
-from xpuruntime.inference.model_info import read_model_info
-from xpuruntime.inference.precision import apply_precision
+from xpuruntime.inference.kit import BuildPlan, EngineAdapter, KitEngine, KitSession, Target
 from xpuruntime.inference.tensors import as_host_array, placement
-from xpuruntime.runtime.engines import Availability, Engine, EngineSession, RunStats, TensorInfo
+from xpuruntime.runtime.engines import Availability, RunStats, TensorInfo
 from xpuruntime.runtime.errors import EngineNotInstalledError, UnsupportedOperationError
 from xpuruntime.runtime.record import CopyRecord, ExecutionRecord, NodeRecord
 
 if TYPE_CHECKING:
-    from xpuruntime.policies import ExecutionPolicy, KernelPolicy
+    from xpuruntime.inference.kernel_mapping import SupportTable
+    from xpuruntime.inference.kit.locking import EngineLock
+    from xpuruntime.policies.lock import LockedChoice, LockEntry
+    from xpuruntime.runtime.decisions import Decisions
 
 _INSTALL = "pip install 'xpuruntime[tensorrt]' (TensorRT's wheels come from NVIDIA's package index)"
 _PRECISION_WORDS = {
@@ -58,13 +59,166 @@ _PRECISION_WORDS = {
 }
 
 
-class TensorRTEngine(Engine):
+class TensorRTAdapter(EngineAdapter):
+    """TensorRT's steps of the kit's pipeline."""
+
+    name: ClassVar[str] = "tensorrt"
+    cache_kind: ClassVar[str | None] = "tensorrt-engine"
+    lockable: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        import tensorrt as trt
+
+        self.trt = trt
+        self.lock: EngineLock | None = None
+
+    def version(self, target: Target | None = None) -> str:
+        return f"tensorrt {self.trt.__version__}"
+
+    def target(self, device: str, decisions: Decisions) -> Target:
+        spec = parse_device(device)
+        if spec.kind != "cuda":
+            raise UnsupportedOperationError(
+                f"TensorRT runs on CUDA GPUs only, not on {device!r}; use device='cuda' or "
+                f"engine='onnxruntime'"
+            )
+        return Target(f"cuda:{spec.ordinal}", spec.ordinal)
+
+    def precisions(self, target: Target) -> Collection[str]:
+        return supported_precisions(self.trt)
+
+    def kernel_support(self, target: Target) -> SupportTable:
+        support: SupportTable = kernel_support(self.trt)
+        return support
+
+    def replay(self, plan: BuildPlan, entry: LockEntry, lock: EngineLock) -> None:
+        """The locked timing cache, written where the build reads it."""
+        self.lock = lock
+        scratch = scratch_folder()
+        plan.keep_alive.append(scratch)
+        plan.options["locked_cache"] = locked_timing_cache(lock, entry, Path(scratch.name))
+
+    def configure(self, plan: BuildPlan, decisions: Decisions) -> None:
+        trt = self.trt
+        lowering = plan.precision != plan.info.precision
+        strongly_typed = (
+            hasattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED") and not lowering
+        )
+        plan.options["builder"] = BuilderSettings(
+            strongly_typed,
+            plan.precision,
+            shape_ranges(plan.policy, plan.info.inputs),
+            sorted(set(plan.kernel_options.values())),
+        )
+        plan.options["logger"] = tensorrt_logger(trt, plan.policy.engine_log_level)
+        if not plan.policy.cache_dir:
+            decisions.record.cache["tensorrt-engine"] = {
+                "hit": False,
+                "explanation": "disabled: set ExecutionPolicy(cache_dir=...) to keep engines",
+            }
+
+    def cache_components(self, plan: BuildPlan) -> Mapping[str, str]:
+        from xpuruntime.inference.cache import stable_digest
+
+        profiles = plan.options["builder"].profiles
+        return {"profiles": stable_digest({k: list(v) for k, v in profiles.items()})}
+
+    def build(self, plan: BuildPlan, decisions: Decisions) -> Any:
+        """Build (or load the cached plan), then deserialize: (engine, runtime)."""
+        trt = self.trt
+        ordinal = int(plan.target.native)
+        with current_cuda_device(ordinal):  # TensorRT builds and loads on the current GPU
+            serialized = self._serialized(plan, decisions)
+            runtime = trt.Runtime(plan.options["logger"])
+            engine = runtime.deserialize_cuda_engine(serialized)
+        if engine is None:
+            raise UnsupportedOperationError(
+                f"TensorRT {trt.__version__} could not deserialize the engine for {plan.model}"
+            )
+        return engine, runtime
+
+    def _serialized(self, plan: BuildPlan, decisions: Decisions) -> bytes:
+        locked: Path | None = plan.options.get("locked_cache")
+        if locked is not None and plan.locked is not None and self.lock is not None:
+            try:
+                return self._cached_or_built(plan, decisions, locked)
+            except TimingCacheRefused as refusal:
+                self.lock.refuse(plan.locked, str(refusal))
+                plan.locked = None
+        # Recording without cache_dir still needs the timing cache the build leaves.
+        recording = plan.policy.lock == "record" and not plan.policy.cache_dir
+        scratch = None
+        if recording:
+            folder = scratch_folder()
+            plan.keep_alive.append(folder)
+            scratch = Path(folder.name) / "timing-cache"
+        return self._cached_or_built(plan, decisions, scratch)
+
+    def _cached_or_built(
+        self, plan: BuildPlan, decisions: Decisions, lock_cache: Path | None
+    ) -> bytes:
+        """The plan bytes; ``plan.options["timing"]`` the timing cache the build left.
+
+        ``lock_cache``: the timing cache of a lockfile (to replay, when it exists, or to
+        record into), used instead of the one in ``cache_dir``.
+        """
+        trt, policy = self.trt, plan.policy
+        replaying = lock_cache is not None and lock_cache.is_file() and plan.locked is not None
+        timing = lock_cache
+        cached = plan.cache
+        if cached is not None and lock_cache is None:
+            from xpuruntime.inference.cache import cache_root
+
+            # Tactic timings depend on the GPU, driver and TensorRT: one cache per environment.
+            from xpuruntime.runtime.fingerprint import fingerprint_hash
+
+            environment = decisions.record.environment_hash or fingerprint_hash()
+            timing_name = f"{environment}-tensorrt-{trt.__version__}.cache"
+            timing = cache_root(policy.cache_dir) / "tensorrt-timing" / timing_name
+        if cached is not None and cached.hit:
+            plan.options["timing"] = _read(timing)
+            return (cached.entry / "engine.plan").read_bytes()
+        serialized = build_engine(
+            trt,
+            plan.options["logger"],
+            plan.model,
+            policy,
+            plan.options["builder"],
+            decisions.record,
+            timing,
+            require_cached=replaying,
+        )
+        if cached is not None:
+            (cached.entry / "engine.plan").write_bytes(serialized)
+        plan.options["timing"] = _read(timing)
+        return serialized
+
+    def read_placement(self, built: Any, plan: BuildPlan, decisions: Decisions) -> None:
+        _record_layers(built[0], self.trt, decisions.record)
+
+    def lock_choice(self, built: Any, plan: BuildPlan, lock: EngineLock) -> LockedChoice:
+        return recorded_choice(lock, self.trt, plan.options.get("timing"))
+
+    def check_replay(self, built: Any, plan: BuildPlan, entry: LockEntry) -> list[str]:
+        assert self.lock is not None
+        return replay_differences(entry, self.lock.record)
+
+    def session(self, built: Any, plan: BuildPlan) -> TensorRTSession:
+        from xpuruntime.runtime.streams import Stream
+
+        engine, runtime = built
+        ordinal = int(plan.target.native)
+        return TensorRTSession(self.trt, engine, runtime, Stream(device=ordinal), ordinal)
+
+
+class TensorRTEngine(KitEngine):
     """NVIDIA TensorRT on CUDA GPUs."""
 
     name: ClassVar[str] = "tensorrt"
     aliases: ClassVar[tuple[str, ...]] = ("trt",)
     device_kinds: ClassVar[tuple[str, ...]] = ("cuda",)
     install_hint: ClassVar[str] = _INSTALL
+    adapter: ClassVar[type[EngineAdapter]] = TensorRTAdapter
 
     @classmethod
     def availability(cls) -> Availability:
@@ -79,150 +233,6 @@ class TensorRTEngine(Engine):
                 False, "TensorRT needs a CUDA device and none is visible", _INSTALL, (), versions
             )
         return Availability(True, "", _INSTALL, tuple(f"cuda:{i}" for i in range(count)), versions)
-
-    def create_session(
-        self,
-        model: Path,
-        *,
-        device: str,
-        exec_policy: ExecutionPolicy,
-        kernel_policy: KernelPolicy | None,
-        record: ExecutionRecord,
-    ) -> TensorRTSession:
-        import tensorrt as trt
-
-        from xpuruntime.runtime.streams import Stream
-
-        spec = parse_device(device)
-        if spec.kind != "cuda":
-            raise UnsupportedOperationError(
-                f"TensorRT runs on CUDA GPUs only, not on {device!r}; use device='cuda' or "
-                f"engine='onnxruntime'"
-            )
-        info = read_model_info(model)
-        supported = supported_precisions(trt)
-        precision = apply_precision(
-            exec_policy,
-            info,
-            engine=f"tensorrt {trt.__version__}",
-            record=record,
-            supported=supported,
-        )
-        options = apply_kernel_policy(
-            kernel_policy,
-            engine="tensorrt",
-            device=device,
-            op_types=info.op_types,
-            support=kernel_support(trt),
-            record=record,
-            fallback=exec_policy.fallback,
-        )
-        lowering = precision != info.precision
-        strongly_typed = (
-            hasattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED") and not lowering
-        )
-        plan = BuildPlan(
-            strongly_typed,
-            precision,
-            shape_ranges(exec_policy, info.inputs),
-            sorted(set(options.values())),
-        )
-        logger = tensorrt_logger(trt, exec_policy.engine_log_level)
-        lock = EngineLock.open(exec_policy, record, "tensorrt", model, device)
-        # TensorRT builds and loads on the current GPU.
-        with current_cuda_device(spec.ordinal), scratch_folder() as scratch:
-            entry, locked_cache = locked_timing_cache(lock, Path(scratch))
-            if locked_cache is not None:
-                assert lock is not None
-                assert entry is not None
-                try:
-                    serialized, timing = _cached_or_built(
-                        trt, logger, model, exec_policy, plan, record, locked_cache
-                    )
-                except TimingCacheRefused as refusal:
-                    lock.refuse(entry, str(refusal))
-                    entry = None
-            if entry is None:
-                # Recording without cache_dir still needs the timing cache the build leaves.
-                recording = lock is not None and lock.recording and not exec_policy.cache_dir
-                scratch_cache = Path(scratch) / "timing-cache" if recording else None
-                serialized, timing = _cached_or_built(
-                    trt, logger, model, exec_policy, plan, record, scratch_cache
-                )
-            runtime = trt.Runtime(logger)
-            engine = runtime.deserialize_cuda_engine(serialized)
-            if engine is None:
-                raise UnsupportedOperationError(
-                    f"TensorRT {trt.__version__} could not deserialize the engine for {model}"
-                )
-            _record_layers(engine, trt, record)
-            settle(lock, entry, trt, record, timing)
-            stream = Stream(device=spec.ordinal)
-            return TensorRTSession(trt, engine, runtime, stream, spec.ordinal)
-
-
-def _cached_or_built(
-    trt: Any,
-    logger: Any,
-    model: Path,
-    policy: ExecutionPolicy,
-    plan: BuildPlan,
-    record: ExecutionRecord,
-    lock_cache: Path | None,
-) -> tuple[bytes, bytes | None]:
-    """The plan bytes, and the timing cache the build left (None when nothing was built).
-
-    ``lock_cache``: the timing cache of a lockfile (to replay, when it exists, or to record
-    into), used instead of the one in ``cache_dir``.
-    """
-    replaying = lock_cache is not None and lock_cache.is_file()
-    if not policy.cache_dir:
-        record.cache["tensorrt-engine"] = {
-            "hit": False,
-            "explanation": "disabled: set ExecutionPolicy(cache_dir=...) to keep engines",
-        }
-        serialized = build_engine(
-            trt, logger, model, policy, plan, record, lock_cache, require_cached=replaying
-        )
-        return serialized, _read(lock_cache)
-    from xpuruntime.inference.cache import (
-        CacheKey,
-        cache_root,
-        file_digest,
-        open_entry,
-        stable_digest,
-    )
-    from xpuruntime.runtime.fingerprint import fingerprint_hash
-
-    environment = record.environment_hash or fingerprint_hash()
-    key = CacheKey(
-        "tensorrt-engine",
-        {
-            "model": file_digest(model),
-            "policy": policy.content_hash(),
-            "shapes": stable_digest({k: list(v) for k, v in plan.profiles.items()}),
-            "environment": environment,
-            "engine": f"tensorrt {trt.__version__}",
-        },
-    )
-    lookup = open_entry(policy.cache_dir, key, record, policy.fallback)
-    if lookup is None:  # an unusable cache folder, recorded as a fallback
-        serialized = build_engine(
-            trt, logger, model, policy, plan, record, lock_cache, require_cached=replaying
-        )
-        return serialized, _read(lock_cache)
-    plan_file = lookup.entry / "engine.plan"
-    # Tactic timings depend on the GPU, driver and TensorRT: one timing cache per environment.
-    timing_name = f"{environment}-tensorrt-{trt.__version__}.cache"
-    timing = lock_cache or cache_root(policy.cache_dir) / "tensorrt-timing" / timing_name
-    if lookup.hit:
-        return plan_file.read_bytes(), _read(timing)
-    serialized = build_engine(
-        trt, logger, model, policy, plan, record, timing, require_cached=replaying
-    )
-    plan_file.write_bytes(serialized)
-    lookup.commit(record)
-    return serialized, _read(timing)
 
 
 def _read(path: Path | None) -> bytes | None:
@@ -282,7 +292,7 @@ def _pointer(x: Any) -> int:
     return int(x.data_ptr())  # torch
 
 
-class TensorRTSession(EngineSession):
+class TensorRTSession(KitSession):
     """Runs a deserialized engine with ``execute_async_v3`` on the core's stream."""
 
     def __init__(self, trt: Any, engine: Any, runtime: Any, stream: Any, device_index: int) -> None:
@@ -294,8 +304,11 @@ class TensorRTSession(EngineSession):
         self._device_index = device_index
         names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
         is_input = {n: engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT for n in names}
-        self._inputs = tuple(self._info(n) for n in names if is_input[n])
-        self._outputs = tuple(self._info(n) for n in names if not is_input[n])
+        super().__init__(
+            tuple(self._info(n) for n in names if is_input[n]),
+            tuple(self._info(n) for n in names if not is_input[n]),
+            engine="tensorrt",
+        )
         self._stats = RunStats()
 
     def _info(self, name: str) -> TensorInfo:
@@ -307,26 +320,18 @@ class TensorRTSession(EngineSession):
         shape = tuple(d if d >= 0 else None for d in self._engine.get_tensor_shape(name))
         return TensorInfo(name, dtype_name, shape)
 
-    @property
-    def inputs(self) -> Sequence[TensorInfo]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> Sequence[TensorInfo]:
-        return self._outputs
-
     def run_stats(self) -> RunStats:
         return self._stats
 
-    def run(
-        self, feeds: Mapping[str, Any], output_names: Sequence[str] | None = None
-    ) -> dict[str, Any]:
-        with current_cuda_device(self._device_index):  # the context enqueues on its own GPU
-            return self._run_on_device(feeds, output_names)
+    def release(self) -> None:
+        # The context before the engine before the runtime, as TensorRT requires.
+        self._context = self._engine = self._runtime = None
 
-    def _run_on_device(
-        self, feeds: Mapping[str, Any], output_names: Sequence[str] | None
-    ) -> dict[str, Any]:
+    def execute(self, feeds: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
+        with current_cuda_device(self._device_index):  # the context enqueues on its own GPU
+            return self._run_on_device(feeds, names)
+
+    def _run_on_device(self, feeds: Mapping[str, Any], wanted: list[str]) -> dict[str, Any]:
         from xpuruntime.runtime.device import synchronize
 
         xp = _device_arrays()
@@ -355,7 +360,6 @@ class TensorRTSession(EngineSession):
         if not self._context.execute_async_v3(self._stream.handle):
             raise UnsupportedOperationError("TensorRT execute_async_v3 reported a failure")
         self._stream.synchronize()
-        wanted = list(output_names) if output_names else [o.name for o in self._outputs]
         copies = [CopyRecord("host_to_device", uploads, upload_bytes)] if uploads else []
         if all_on_device:
             self._stats = RunStats(tuple(copies), syncs=2, io_binding=True)

@@ -85,8 +85,9 @@ def supported_kernels() -> list[SupportedKernel]:
 
 
 @dataclass
-class BuildPlan:
-    """What the builder is configured with (also the inputs of the cache key)."""
+class BuilderSettings:
+    """What the TensorRT builder is configured with: the adapter's part of the kit's BuildPlan
+    (``plan.options["builder"]``)."""
 
     strongly_typed: bool
     precision: str
@@ -129,7 +130,7 @@ def build_engine(
     logger: Any,
     model: Path,
     policy: ExecutionPolicy,
-    plan: BuildPlan,
+    plan: BuilderSettings,
     record: ExecutionRecord,
     timing_cache: Path | None,
     *,
@@ -213,7 +214,9 @@ def _parse_error(parser: Any, model: Path) -> Exception:
     return InvalidModelError(f"TensorRT's ONNX parser rejected {model}: {text}")
 
 
-def _configure_precision(trt: Any, config: Any, plan: BuildPlan, record: ExecutionRecord) -> None:
+def _configure_precision(
+    trt: Any, config: Any, plan: BuilderSettings, record: ExecutionRecord
+) -> None:
     flags = trt.BuilderFlag
     if plan.precision == "fp32" and hasattr(flags, "TF32"):
         # TF32 is on by default in TensorRT, typed network or not: strict fp32 turns it off.
@@ -298,7 +301,9 @@ def _configure_policy(
         )
 
 
-def _configure_tactics(trt: Any, config: Any, plan: BuildPlan, record: ExecutionRecord) -> None:
+def _configure_tactics(
+    trt: Any, config: Any, plan: BuilderSettings, record: ExecutionRecord
+) -> None:
     if not plan.tactic_sources:
         return
     mask = 0
@@ -317,7 +322,7 @@ def _configure_tactics(trt: Any, config: Any, plan: BuildPlan, record: Execution
 
 
 def _configure_profiles(
-    builder: Any, config: Any, plan: BuildPlan, record: ExecutionRecord
+    builder: Any, config: Any, plan: BuilderSettings, record: ExecutionRecord
 ) -> None:
     if not plan.profiles:
         return

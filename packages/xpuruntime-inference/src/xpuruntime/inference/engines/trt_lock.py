@@ -18,13 +18,19 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xpuruntime.inference.lock_apply import EngineLock, changed_options
+from xpuruntime.inference.kit.locking import EngineLock, changed_options
 from xpuruntime.policies.lock import LockedChoice, LockEntry
 
 if TYPE_CHECKING:
     from xpuruntime.runtime.record import ExecutionRecord
 
-__all__ = ["TIMING_CACHE", "layer_tactics", "locked_timing_cache", "settle"]
+__all__ = [
+    "TIMING_CACHE",
+    "layer_tactics",
+    "locked_timing_cache",
+    "recorded_choice",
+    "replay_differences",
+]
 
 TIMING_CACHE = "tensorrt-timing-cache"
 
@@ -33,22 +39,15 @@ class TimingCacheRefused(Exception):
     """TensorRT would not build from the locked timing cache (internal: becomes a fallback)."""
 
 
-def locked_timing_cache(
-    lock: EngineLock | None, folder: Path
-) -> tuple[LockEntry | None, Path | None]:
-    """Replay: the locked entry and its timing cache written to ``folder``, or (None, None)."""
-    if lock is None:
-        return None, None
-    entry = lock.locked()
-    if entry is None:
-        return None, None
+def locked_timing_cache(lock: EngineLock, entry: LockEntry, folder: Path) -> Path | None:
+    """Replay: the entry's timing cache written to ``folder`` (None after refusing it)."""
     artifact = entry.choice.artifact
     if artifact is None or artifact.kind != TIMING_CACHE:
         lock.refuse(entry, "the locked entry holds no TensorRT timing cache")
-        return None, None
+        return None
     path = folder / "locked.timing-cache"
     path.write_bytes(lock.store.read_artifact(artifact))
-    return entry, path
+    return path
 
 
 def scratch_folder() -> tempfile.TemporaryDirectory[str]:
@@ -60,41 +59,25 @@ def layer_tactics(record: ExecutionRecord) -> dict[str, str]:
     return {node.name: node.kernel for node in record.nodes if node.kernel}
 
 
-def settle(
-    lock: EngineLock | None,
-    entry: LockEntry | None,
-    trt: Any,
-    record: ExecutionRecord,
-    timing_cache: bytes | None,
-) -> None:
-    """After the engine exists: record its decisions, or check the replayed ones held."""
-    if lock is None:
-        return
+def recorded_choice(lock: EngineLock, trt: Any, timing_cache: bytes | None) -> LockedChoice:
+    """Record: TensorRT's timing cache (an artifact of the lockfile) and each layer's tactic."""
+    artifact = (
+        lock.store.write_artifact(TIMING_CACHE, timing_cache, ".trt-timing")
+        if timing_cache
+        else None
+    )
+    return LockedChoice(
+        kernel=f"tensorrt {trt.__version__}",
+        options={"tactics": layer_tactics(lock.record)},
+        artifact=artifact,
+    )
+
+
+def replay_differences(entry: LockEntry, record: ExecutionRecord) -> list[str]:
+    """Replay: the layers whose tactic differs from the locked one (none reported: none)."""
     tactics = layer_tactics(record)
-    if lock.recording:
-        artifact = (
-            lock.store.write_artifact(TIMING_CACHE, timing_cache, ".trt-timing")
-            if timing_cache
-            else None
-        )
-        lock.save(
-            LockedChoice(
-                kernel=f"tensorrt {trt.__version__}",
-                options={"tactics": tactics},
-                artifact=artifact,
-            ),
-            reason="TensorRT's timing cache and the tactic of each layer"
-            + ("" if artifact else " (no timing cache: the engine came from the plan cache)"),
-        )
-        return
-    if entry is None:
-        return
-    locked = entry.choice.options.get("tactics") or {}
     if not tactics:
-        lock.honoured(entry, "built from the locked timing cache (no per-layer tactics reported)")
-        return
+        return []
+    locked = entry.choice.options.get("tactics") or {}
     differences = changed_options(locked, tactics)
-    if differences:
-        lock.refuse(entry, "tactics differ from the lock: " + "; ".join(differences[:8]))
-        return
-    lock.honoured(entry, f"timing cache; {len(tactics)} layer tactics as locked")
+    return ["tactics differ from the lock: " + "; ".join(differences[:8])] if differences else []
