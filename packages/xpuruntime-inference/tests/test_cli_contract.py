@@ -349,6 +349,33 @@ def test_compare_follows_the_policy_fallback_and_lists_the_fallback(
     )
     assert strict.exit_code == 1
     assert not json.loads(strict.stdout)["targets"][1]["ran"]
+    from_env = invoke(
+        runner,
+        "compare",
+        str(demo),
+        "--engines",
+        "ort:cpu,ort:cuda",
+        "--dim",
+        "batch=2",
+        "--json",
+        env={"XPURUNTIME_POLICY_FALLBACK": "error"},
+    )
+    assert from_env.exit_code == 1
+    assert "FallbackError" in json.loads(from_env.stdout)["targets"][1]["reason"]
+
+
+def test_a_dynamically_quantized_model_runs_without_a_precision_warning(
+    runner: CliRunner, mlp: Path, tmp_path: Path
+) -> None:
+    """Precision not given = what the model stores: nothing to warn about."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantized = tmp_path / "mlp.int8.onnx"
+    quantize_dynamic(mlp, quantized, weight_type=QuantType.QInt8)
+    for engine in ("onnxruntime", "openvino"):
+        result = invoke(runner, "run", str(quantized), "--dim", "batch=2", "--engine", engine)
+        assert result.exit_code == 0, result.output
+        assert "FallbackWarning" not in result.stderr, (engine, result.stderr)
 
 
 # -- 4. output style and suggestions ----------------------------------------------------------
