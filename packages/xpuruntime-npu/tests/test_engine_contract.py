@@ -195,14 +195,42 @@ def test_a_quantized_model_s_precision_is_recorded_like_onnxruntime(engine, dyna
         _session(engine, dynamic_int8, record, fallback="allow")
     except UnsupportedOperationError:  # QNN's HTP has no MatMulInteger: CPU fallback refused?
         pytest.skip(f"{engine} cannot load the dynamically quantized model")
-    assert (
-        (record.precision.requested, record.precision.chosen)
-        == (
-            ort_record.precision.requested,
-            ort_record.precision.chosen,
-        )
-        == ("fp32", "int8")
+    assert (record.precision.requested, record.precision.chosen) == (
+        ort_record.precision.requested,
+        ort_record.precision.chosen,
     )
-    assert [(f.what, f.requested, f.chosen) for f in record.fallbacks if f.what == "precision"] == [
-        ("precision", "fp32", "int8")
+    assert record.precision.chosen == "int8"
+    assert [f.chosen for f in record.fallbacks if f.what == "precision"] == [
+        f.chosen for f in ort_record.fallbacks if f.what == "precision"
     ]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_records_read_while_runs_are_in_flight(engine, renamed):
+    # The Ray Serve deployment's record endpoint reads the record under load.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from xpuruntime.inference import InferenceSession
+
+    session = InferenceSession(renamed, engine=engine, device="cpu")
+    feeds = {"input_0": np.ones((2, 4), np.float32)}
+    runs = 200
+
+    def run(_: int) -> None:
+        for _ in range(runs):
+            session.run(feeds)
+
+    def read(_: int) -> int:
+        seen = 0
+        for index in range(200):
+            seen = max(seen, len(session.record().runs))
+            if index % 40 == 0:  # rendering costs milliseconds; the record is what races
+                assert session.explain()
+        return seen
+
+    with ThreadPoolExecutor(4) as pool:
+        runners = [pool.submit(run, i) for i in range(2)]
+        readers = [pool.submit(read, i) for i in range(2)]
+        for future in [*runners, *readers]:
+            future.result()
+    assert len(session.record().runs) == 2 * runs

@@ -37,7 +37,7 @@ def test_compiled_blob_is_recorded_and_replayed(cnn: Path, tmp_path: Path) -> No
     replayed = _session(cnn, "replay", lock)
     (decision,) = replayed.record().decisions
     assert decision.status == "locked"
-    assert "compiled blob imported" in decision.reason
+    assert decision.kernel == "CPU + openvino-blob"  # the blob was imported, not compiled
     for name, want in expected.items():
         np.testing.assert_array_equal(replayed.run(feeds)[name], want)
 

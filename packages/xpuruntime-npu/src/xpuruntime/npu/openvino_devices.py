@@ -4,7 +4,7 @@ Accepted names: ``"npu"``, ``"npu:N"``, ``"cpu"``, ``"gpu"``, ``"gpu:N"``, ``"au
 OpenVINO's own names (``"NPU"``, ``"GPU.1"``, ``"AUTO:NPU,CPU"``). The *required* device is
 the one asked for (for an AUTO priority list, its first entry; plain ``"auto"`` requires
 none). A required device that OpenVINO does not find here is a fallback, applied through
-``record.fallback`` under the policy's mode, never silently.
+``Decisions.fallback`` under the policy's mode, never silently.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from xpuruntime.npu.errors import unknown_device
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from xpuruntime.runtime.record import ExecutionRecord, FallbackMode
+    from xpuruntime.runtime.decisions import Decisions
 
 DEVICE_KINDS = ("CPU", "GPU", "NPU")
 _XRT_NAME = re.compile(r"^(cpu|gpu|npu)(?::(\d+))?$")
@@ -89,20 +89,13 @@ def _label(kind: str, index: int | None) -> str:
     return kind if index is None else f"{kind}.{index}"
 
 
-def _missing(
-    record: ExecutionRecord,
-    required: str,
-    chosen: str,
-    available: Sequence[str],
-    fallback: FallbackMode,
-) -> None:
+def _missing(decisions: Decisions, required: str, chosen: str, available: Sequence[str]) -> None:
     """A required device absent here: raise, warn or record per the policy's fallback mode."""
-    record.fallback(
+    decisions.fallback(
         what="device",
         requested=required,
         chosen=chosen,
         reason=f"OpenVINO has no {required} device here; its devices: {list(available)}",
-        mode=fallback,
     )
 
 
@@ -110,8 +103,7 @@ def resolve_target(
     device: str,
     available: Sequence[str],
     *,
-    record: ExecutionRecord,
-    fallback: FallbackMode,
+    decisions: Decisions,
 ) -> OpenVINOTarget:
     """The compile target for ``device``; a missing required device goes through fallback."""
     text = device.strip()
@@ -130,12 +122,12 @@ def resolve_target(
         required = _label(*kinds[0])
         if _match(*kinds[0], available) is None:
             found = found or ["CPU"]
-            _missing(record, required, ",".join(found), available, fallback)
+            _missing(decisions, required, ",".join(found), available)
         return OpenVINOTarget(
             text, "AUTO:" + ",".join(found), required, tuple(found), tuple(k for k, _ in kinds)
         )
     if _CUDA_NAME.match(text.lower()):  # engine="auto" may hand us the session's CUDA device
-        _missing(record, text.lower(), "CPU", available, fallback)
+        _missing(decisions, text.lower(), "CPU", available)
         return OpenVINOTarget(text, "CPU", None, ("CPU",), ("CPU",))
     kind_index = _single(text)
     if kind_index is None:
@@ -145,5 +137,5 @@ def resolve_target(
     required = _label(kind, index)
     if match is None:
         match = "CPU"
-        _missing(record, required, match, available, fallback)
+        _missing(decisions, required, match, available)
     return OpenVINOTarget(text, match, required, (match,), (kind,))

@@ -11,7 +11,6 @@ from typing import Any
 
 from xpuruntime.inference.errors import InvalidModelError
 from xpuruntime.inference.model_info import ModelInfo
-from xpuruntime.npu.engines.contract import onnx_outputs
 from xpuruntime.policies.errors import XpuRuntimeError
 from xpuruntime.runtime.errors import UnsupportedOperationError
 
@@ -61,4 +60,4 @@ def onnx_io(info: ModelInfo | None) -> tuple[list[str] | None, list[str] | None]
     """(input names, output names) the ONNX model declares; (None, None) for an IR model."""
     if info is None:
         return None, None
-    return list(info.inputs), onnx_outputs(info)
+    return list(info.inputs), [value.name for value in info.graph.output]

@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from xpuruntime.npu.engines.contract import closed, host_feeds, list_dtypes, wanted_outputs
-from xpuruntime.runtime.engines import EngineSession, TensorInfo
+from xpuruntime.inference.kit import KitSession
+from xpuruntime.inference.tensors import as_host_array
+from xpuruntime.runtime.engines import TensorInfo
 
 
 def _dims(shape: Any) -> tuple[int | str | None, ...]:
@@ -27,55 +28,46 @@ def tensor_infos(ports: Sequence[Any], names: Sequence[str]) -> list[TensorInfo]
     ]
 
 
-class OpenVINOSession(EngineSession):
-    """A compiled OpenVINO model with one infer request."""
+class OpenVINOSession(KitSession):
+    """A compiled OpenVINO model with one infer request (the kit's behaviour contract)."""
 
     def __init__(self, compiled: Any, inputs: Sequence[str], outputs: Sequence[str]) -> None:
+        super().__init__(
+            tensor_infos(compiled.inputs, inputs),
+            tensor_infos(compiled.outputs, outputs),
+            engine="OpenVINO",
+        )
         self._compiled: Any = compiled
         self._request: Any = compiled.create_infer_request()
         # One infer request owns its input/output buffers: concurrent run() calls take turns.
         self._lock = threading.Lock()
-        self._inputs = tensor_infos(compiled.inputs, inputs)
-        self._outputs = tensor_infos(compiled.outputs, outputs)
         self._port_of = {name: index for index, name in enumerate(inputs)}
-        self._output_names = list(outputs)
-        self._list_dtypes = list_dtypes(self._inputs)
-
-    @property
-    def inputs(self) -> Sequence[TensorInfo]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> Sequence[TensorInfo]:
-        return self._outputs
+        self._names = list(outputs)
 
     @property
     def execution_devices(self) -> list[str]:
         """EXECUTION_DEVICES of the compiled model (AUTO may change it after startup)."""
-        if self._compiled is None:
-            raise closed("OpenVINO")
         return [str(d) for d in self._compiled.get_property("EXECUTION_DEVICES")]
 
-    def close(self) -> None:
+    def release(self) -> None:
         with self._lock:
             self._compiled = self._request = None
 
-    def run(
-        self, feeds: Mapping[str, Any], output_names: Sequence[str] | None = None
-    ) -> dict[str, Any]:
-        arrays = host_feeds(feeds, self._list_dtypes)
+    def execute(self, feeds: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
         # By port index: the compiled ports' own names may be internal ones.
-        by_port = {self._port_of.get(name, name): value for name, value in arrays.items()}
+        by_port = {
+            self._port_of.get(name, name): np.ascontiguousarray(as_host_array(value)[0])
+            for name, value in feeds.items()
+        }
         with self._lock:
-            if self._request is None:
-                raise closed("OpenVINO")
             try:
                 results = self._request.infer(by_port)  # outputs copied out (share_outputs=False)
             except Exception:
                 # A failed infer can leave the request's shape state broken for every later
                 # shape (a batch-0 feed does on some models): the next run gets a fresh one.
-                self._request = self._compiled.create_infer_request()
+                if self._compiled is not None:
+                    self._request = self._compiled.create_infer_request()
                 raise
             values = results.to_tuple()
-        by_name = dict(zip(self._output_names, values, strict=True))
-        return {name: by_name[name] for name in wanted_outputs(output_names, self._output_names)}
+        by_name = dict(zip(self._names, values, strict=True))
+        return {name: by_name[name] for name in names}

@@ -1,0 +1,206 @@
+"""ExecutionPolicy settings as OpenVINO compile properties, and read back from the compiled
+model: each one recorded as honoured or not (with the reason)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from xpuruntime.inference.settings import add_setting
+from xpuruntime.npu import openvino_backend
+from xpuruntime.npu.options import engine_options
+from xpuruntime.runtime.record import Choice
+
+if TYPE_CHECKING:
+    from xpuruntime.npu.openvino_devices import OpenVINOTarget
+    from xpuruntime.policies import ExecutionPolicy
+    from xpuruntime.runtime.decisions import Decisions
+
+#: ExecutionPolicy.precision -> (OPTIMIZATION_CAPABILITIES entry, INFERENCE_PRECISION_HINT).
+#: int8 comes from a quantized model, not a hint; tf32 and fp8 have no OpenVINO counterpart.
+PRECISION_HINTS = {"fp32": ("FP32", "f32"), "fp16": ("FP16", "f16"), "bf16": ("BF16", "bf16")}
+_HINT_TO_PRECISION = {hint: name for name, (_, hint) in PRECISION_HINTS.items()}
+_OPTION_KEYS = ("num_streams",)
+
+
+def precision_of(hint: Any) -> str:
+    """An INFERENCE_PRECISION_HINT value (an OpenVINO element type) as a policy precision."""
+    name = hint.to_string() if hasattr(hint, "to_string") else str(hint)
+    return _HINT_TO_PRECISION.get(name, name)
+
+
+def float_precisions(target: OpenVINOTarget) -> tuple[str, ...]:
+    """Float precisions every candidate device lists in OPTIMIZATION_CAPABILITIES: those
+    OpenVINO computes an fp32 model in when INFERENCE_PRECISION_HINT asks for them."""
+    listed = [openvino_backend.capabilities(kind) for kind in target.kinds]
+    return tuple(
+        name
+        for name, (capability, _) in PRECISION_HINTS.items()
+        if all(capability in c for c in listed)
+    )
+
+
+def properties(
+    policy: ExecutionPolicy, decisions: Decisions, target: OpenVINOTarget, precision: str
+) -> dict[str, Any]:
+    """compile_model properties for ``target`` (AUTO gets per-device ones in
+    DEVICE_PROPERTIES); the precision hint is the one the kit's precision rule chose."""
+    options, raw = engine_options(
+        policy,
+        "openvino",
+        _OPTION_KEYS,
+        str.isupper,
+        "OpenVINO properties in upper case (ENABLE_CPU_PINNING, ...), passed as is",
+    )
+    record = decisions.record
+    per_device: dict[str, dict[str, Any]] = {}
+    hint = PRECISION_HINTS.get(precision)
+    for kind in target.kinds:
+        device = per_device.setdefault(kind, {})
+        if hint is not None and hint[0] in openvino_backend.capabilities(kind):
+            device["INFERENCE_PRECISION_HINT"] = hint[1]
+        if policy.num_threads is not None:
+            device["INFERENCE_NUM_THREADS"] = policy.num_threads
+    props: dict[str, Any] = {"PERFORMANCE_HINT": policy.performance_hint.upper()}
+    if "num_streams" in options:
+        props["NUM_STREAMS"] = options["num_streams"]
+    if policy.profiling:
+        props["PERF_COUNT"] = True
+        add_setting(record, "profiling", True, "PERF_COUNT=True", True, "per-op counters")
+    _unmapped(policy, decisions)
+    for key, value in raw.items():
+        add_setting(record, f"engine_options.openvino.{key}", value, value, True, "passed as is")
+    if target.compile_device.startswith("AUTO"):
+        if any(per_device.values()):
+            props["DEVICE_PROPERTIES"] = {k: v for k, v in per_device.items() if v}
+    else:
+        props.update(per_device.get(target.compile_device.split(".")[0], {}))
+    return {**props, **raw}
+
+
+def _unmapped(policy: ExecutionPolicy, decisions: Decisions) -> None:
+    """Settings OpenVINO has no switch for, recorded as not honoured with the reason."""
+    record = decisions.record
+    level = policy.graph_optimization
+    add_setting(
+        record,
+        "graph_optimization",
+        level,
+        "all" if level == "all" else None,
+        level == "all",
+        "OpenVINO's plugins always run their full transformation pipeline; there is no "
+        "level to choose",
+    )
+    add_setting(
+        record,
+        "memory.pool",
+        policy.memory.pool,
+        None,
+        False,
+        "OpenVINO has no memory-pool switch: its plugins manage their own memory",
+    )
+    if policy.memory.limit_bytes is not None:
+        add_setting(
+            record,
+            "memory.limit_bytes",
+            policy.memory.limit_bytes,
+            None,
+            False,
+            "OpenVINO has no memory limit option",
+        )
+    if policy.deterministic:
+        add_setting(record, "deterministic", True, None, False, "OpenVINO has no such switch")
+
+
+def read_back(
+    compiled: Any,
+    props: Mapping[str, Any],
+    *,
+    policy: ExecutionPolicy,
+    decisions: Decisions,
+    target: OpenVINOTarget,
+    precision: str,
+) -> list[str]:
+    """What the compiled model runs with, recorded; returns its EXECUTION_DEVICES."""
+    record = decisions.record
+    supported = compiled.get_property("SUPPORTED_PROPERTIES")
+    executed = [str(d) for d in compiled.get_property("EXECUTION_DEVICES")]
+
+    def read(name: str) -> Any:
+        return compiled.get_property(name) if name in supported else None
+
+    hint = str(read("PERFORMANCE_HINT"))
+    add_setting(
+        record, "performance_hint", policy.performance_hint, hint, hint == props["PERFORMANCE_HINT"]
+    )
+    if "NUM_STREAMS" in props:
+        streams = read("NUM_STREAMS")
+        add_setting(
+            record,
+            "engine_options.openvino.num_streams",
+            props["NUM_STREAMS"],
+            streams,
+            str(streams) == str(props["NUM_STREAMS"]),
+        )
+    if policy.num_threads is not None:
+        threads = read("INFERENCE_NUM_THREADS")
+        add_setting(
+            record,
+            "num_threads",
+            policy.num_threads,
+            threads,
+            threads == policy.num_threads,
+            "" if threads is not None else f"{target.compile_device} does not report it",
+        )
+    _check_precision(read("INFERENCE_PRECISION_HINT"), decisions, target, precision)
+    _check_devices(executed, decisions, target)
+    return executed
+
+
+def _check_precision(
+    hint: Any, decisions: Decisions, target: OpenVINOTarget, precision: str
+) -> None:
+    """The float precision the compiled model reports against the kit's choice."""
+    record = decisions.record
+    requested = record.precision.requested if record.precision else decisions.policy.precision
+    if precision not in PRECISION_HINTS:
+        return  # int8: decided from the runtime graph (openvino_placement.check_int8)
+    if hint is None:  # AUTO does not report its devices' hints back
+        record.precision = Choice(
+            requested, precision, "set through DEVICE_PROPERTIES; AUTO does not report it back"
+        )
+        return
+    ran = precision_of(hint)
+    honoured = ran == precision
+    add_setting(record, "precision", requested, ran, honoured, "INFERENCE_PRECISION_HINT")
+    if honoured:
+        if record.precision is None:  # an OpenVINO IR model: the kit leaves it to the engine
+            record.precision = Choice(requested, ran, "INFERENCE_PRECISION_HINT read back")
+        return
+    listed = {k: list(openvino_backend.capabilities(k)) for k in target.kinds}
+    reason = (
+        f"{target.compile_device} compiled for {ran} (INFERENCE_PRECISION_HINT read back; "
+        f"OPTIMIZATION_CAPABILITIES: {listed})"
+    )
+    decisions.fallback(what="precision", requested=precision, chosen=ran, reason=reason)
+    record.precision = Choice(requested, ran, reason)
+
+
+def _check_devices(executed: list[str], decisions: Decisions, target: OpenVINOTarget) -> None:
+    record = decisions.record
+    required = target.required
+    chosen = ",".join(executed)
+    moved = required is not None and any(
+        d.split(".")[0] != required.split(".")[0] for d in executed
+    )
+    # AUTO starts on CPU while the NPU/GPU compiles, or picks another device outright.
+    if moved and required is not None and not any(f.what == "device" for f in record.fallbacks):
+        decisions.fallback(
+            what="device",
+            requested=required,
+            chosen=chosen,
+            reason=f"{target.compile_device} reports EXECUTION_DEVICES={executed}",
+        )
+    record.device = Choice(
+        target.requested, chosen, f"EXECUTION_DEVICES of {target.compile_device}"
+    )
