@@ -4,7 +4,9 @@
 
 Needs `pip install xpuruntime[torch]`. On a CUDA machine it pins cuBLASLt and FlashAttention,
 runs under fp16 autocast and captures the step into a CUDA graph; on a CPU-only machine it
-runs the same step eagerly under bf16 autocast. Either way it prints the execution record.
+pins PyTorch's CPU GEMM and runs the same step eagerly under bf16 autocast. Either way it
+prints the execution record: the policy, the environment, the device, the precision, and the
+operators and kernels the step launched.
 """
 
 from __future__ import annotations
@@ -12,13 +14,22 @@ from __future__ import annotations
 import torch
 
 import xpuruntime.pytorch as xrt_torch
+from xpuruntime.policies import ExecutionPolicy
 
 
 def main() -> None:
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     if cuda:
-        xrt_torch.set_kernel_policy(attention="flash_v2", matmul="cublasLt")
+        xrt_torch.set_kernel_policy(
+            attention="flash_v2",
+            matmul="cublasLt",
+            exec_policy=ExecutionPolicy(device="cuda", precision="fp16"),
+        )
+    else:
+        xrt_torch.set_kernel_policy(
+            matmul="cpu", linear="cpu", exec_policy=ExecutionPolicy(device="cpu", precision="bf16")
+        )
     model = torch.nn.Sequential(
         torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 10)
     ).to(device)

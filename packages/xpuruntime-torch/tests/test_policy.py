@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import msgspec
 import pytest
 import torch
 
@@ -13,6 +17,7 @@ from xpuruntime.policies import (
     PolicyConflictError,
     PolicyError,
 )
+from xpuruntime.policies.lock import Lockfile
 from xpuruntime.pytorch.switches import SWITCHES, read_all
 from xpuruntime.runtime.errors import FallbackError, UnsupportedOperationError
 from xpuruntime.runtime.record import ExecutionRecord, FallbackWarning
@@ -141,7 +146,14 @@ def test_execution_precision_maps_to_tf32_switches(precision: str, tf32: bool) -
     else:
         assert torch.backends.cuda.matmul.allow_tf32 is tf32
     assert record.precision is not None
-    assert record.precision.chosen == precision
+    assert record.precision.requested == precision
+    if torch.cuda.is_available():
+        assert record.precision.chosen == precision
+    else:
+        # The switches moved, but they act on CUDA only: nothing claims the CPU step's
+        # precision, and the record says why.
+        assert record.precision.chosen is None
+        assert "runs on the CPU" in record.precision.reason
 
 
 def test_deterministic_policy_sets_determinism_and_disables_benchmark() -> None:
@@ -255,3 +267,83 @@ def test_record_round_trips_through_json() -> None:
 def test_int8_training_precision_goes_through_fallback() -> None:
     with pytest.raises(FallbackError, match="int8"):
         xrt_torch.set_kernel_policy(exec_policy=ExecutionPolicy(precision="int8", fallback="error"))
+
+
+# -- records that never claim what did not happen ------------------------------------------
+
+
+def _cpu_step() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 2))
+    model(torch.randn(4, 8)).sum().backward()
+
+
+@no_cuda
+def test_a_cpu_training_record_names_no_cuda_library(tmp_path: Path) -> None:
+    """KernelPolicy(matmul="cpu", linear="cpu") on a CPU-only machine, with the lockfile
+    recording: neither the decisions, the kernels nor the lock may name cuBLAS (the BLAS
+    library switch exists, but decides nothing without CUDA)."""
+    lock = tmp_path / "cpu.lock.json"
+    xrt_torch.set_kernel_policy(
+        KernelPolicy(matmul="cpu", linear="cpu"),
+        exec_policy=ExecutionPolicy(lock="record", lock_file=str(lock)),
+    )
+    record = xrt_torch.explain(_cpu_step)
+    xrt_torch.clear_kernel_policy()
+    assert record.nodes  # the step's CPU operators were observed
+    assert {node.chosen for node in record.nodes} == {"cpu"}
+    assert record.kernels == []  # no device kernel launched
+    claims = [record.decisions, record.kernels, record.nodes, record.settings, record.fallbacks]
+    locked = [[e.choice.backend, e.choice.kernel, e.choice.options] for e in Lockfile.load(lock)]
+    text = json.dumps([msgspec.to_builtins(claims), locked]).lower()
+    assert "cublas" not in text  # (the environment fingerprint lists cuBLAS as absent: null)
+    assert "matmul" not in {decision.op for decision in record.decisions}
+
+
+def test_every_training_record_names_policy_environment_device_and_precision() -> None:
+    with xrt_torch.kernel_policy(
+        KernelPolicy(matmul="cpu", linear="cpu"), exec_policy=ExecutionPolicy(precision="bf16")
+    ):
+        record = xrt_torch.explain(_cpu_step)
+    assert record.policy["kernel"]["ops"]["matmul"] == "cpu"
+    assert record.environment  # the fingerprint: packages, machine, GPUs
+    assert record.environment_hash
+    assert record.device is not None
+    assert record.device.chosen == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert record.precision is not None
+    assert record.precision.requested == "bf16"
+    assert record.precision.chosen == "bf16" or record.precision.reason
+
+
+def test_without_a_policy_the_record_says_so_and_still_names_the_environment() -> None:
+    xrt_torch.clear_kernel_policy()
+    record = xrt_torch.explain(_cpu_step)
+    assert record.policy == {}
+    assert any("no kernel policy is set" in note for note in record.notes)
+    assert record.environment
+    assert record.device is not None
+    assert record.device.chosen in ("cpu", "cuda")
+    assert record.precision is not None
+    assert record.precision.chosen is None
+    assert "autocast" in record.precision.reason
+
+
+def test_policy_sources_name_each_settings_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XPURUNTIME_POLICY_DETERMINISTIC", "0")
+    record = xrt_torch.set_kernel_policy(
+        exec_policy=ExecutionPolicy(precision="tf32"), attention="math"
+    )
+    assert record.policy_sources == {
+        "execution.precision": "policy",
+        "execution.deterministic": "environment (XPURUNTIME_POLICY_DETERMINISTIC)",
+        "kernel.ops.attention": "argument",
+    }
+    # A scope entered again with the environment changed sees the change (the layering is
+    # cached on the XPURUNTIME_POLICY_* variables, never across a change of them).
+    monkeypatch.delenv("XPURUNTIME_POLICY_DETERMINISTIC")
+    with xrt_torch.kernel_policy(exec_policy=ExecutionPolicy(precision="tf32")) as scoped:
+        assert "execution.deterministic" not in scoped.policy_sources
+    monkeypatch.setenv("XPURUNTIME_POLICY_DETERMINISTIC", "1")
+    with xrt_torch.kernel_policy(exec_policy=ExecutionPolicy(precision="tf32")) as scoped:
+        assert scoped.policy_sources["execution.deterministic"].startswith("environment")
+        assert torch.are_deterministic_algorithms_enabled()
+    assert not torch.are_deterministic_algorithms_enabled()

@@ -251,8 +251,8 @@ def _policy_fields(
 ) -> tuple[dict[str, Any], str | None]:
     if execution is not None:
         return execution.to_dict(), execution.content_hash()
-    if kernel is not None:
-        return {"kernel_policy": kernel.to_dict()}, kernel.content_hash()
+    if kernel is not None:  # the same document form as an ExecutionPolicy's, kernel part only
+        return kernel.to_dict(), kernel.content_hash()
     return {}, None
 
 
@@ -296,12 +296,22 @@ def _verify(
     )
 
 
-def _precision_choice(execution: ExecutionPolicy | None, settings: list[SettingRecord]) -> Choice:
+def _precision_choice(
+    execution: ExecutionPolicy | None, settings: list[SettingRecord], devices: frozenset[str]
+) -> Choice:
     if execution is None:
         return Choice(
             requested=None,
             chosen=None,
             reason="no ExecutionPolicy precision: the tensors' dtypes and autocast decide",
+        )
+    if "cuda" not in devices:
+        return Choice(
+            requested=execution.precision,
+            chosen=None,
+            reason="training runs on the CPU, where no PyTorch switch sets the precision"
+            " (the TF32 switches act on CUDA only): the tensors' dtypes and"
+            " xpuruntime.pytorch.autocast() decide",
         )
     honoured = next((s.honoured for s in settings if s.name == "precision"), False)
     chosen = execution.precision if honoured else None
@@ -402,7 +412,7 @@ def _apply(
     settings = [_verify(setting, refused, after) for setting in planned.settings]
     record = decisions.record
     record.settings = settings
-    record.precision = _precision_choice(execution, settings)
+    record.precision = _precision_choice(execution, settings, request.devices)
     _record_not_honoured(planned, settings, decisions)
     apply_switch_lock(request.kernel, execution, writes, decisions)
     # The switches now differing from their baseline are the ones to restore on clearing.
