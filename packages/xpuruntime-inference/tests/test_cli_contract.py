@@ -464,3 +464,22 @@ def test_every_command_has_json(runner: CliRunner) -> None:
         return [] if "--json" in options or to_a_file or path.endswith(" explore") else [path]
 
     assert walk(main, "xpuruntime") == []
+
+
+def test_tables_on_a_narrow_terminal_never_break_a_word(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from xpuruntime.inference.cli.output import Output
+
+    monkeypatch.setenv("COLUMNS", "40")
+    out = Output()
+    out.terminal = True  # what a terminal gets: rich box tables at the terminal's width
+    table = out.table("Nodes", "node", "provider", "reason")
+    table.add_row("conv", "CPUExecutionProvider", "the only provider the session was given")
+    out.print(table)
+    printed = capsys.readouterr().out
+    words = {w.strip("│┃╭╮╰╯─━┬┴├┤┼ ") for line in printed.splitlines() for w in line.split()}
+    word = "CPUExecutionProvider"
+    pieces = {w for w in words if w and w.rstrip("…") in word and w != word}
+    assert all(w.endswith("…") and word.startswith(w[:-1]) for w in pieces), printed
+    assert any(w.startswith("CPU") for w in words), printed  # the cell is there

@@ -1,6 +1,6 @@
-"""How every command writes: rich tables on a terminal, plain unwrapped text elsewhere, JSON
-where asked (``--json`` or ``--json -`` to stdout, ``--json PATH`` to a file; the option is
-shared with ``xpuruntime-policy``)."""
+"""How every command writes: rich tables on a terminal (words never broken), plain unwrapped
+text elsewhere, JSON where asked (``--json`` to stdout, ``--json-out PATH`` to a file; the
+options are shared with ``xpuruntime-policy``)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,10 @@ class Output:
             return
         parts = tuple(Text(p) if isinstance(p, str) else p for p in parts)
         if self.terminal:
+            for part in parts:
+                if isinstance(part, Table):  # a word too long for its column ends in "…",
+                    for column in part.columns:  # never breaks ("CPUExecutionProvid er")
+                        column.overflow = "ellipsis"
             Console(file=sys.stdout).print(*parts)
             return
         buffer = io.StringIO()
