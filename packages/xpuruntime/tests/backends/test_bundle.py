@@ -7,6 +7,7 @@ Needs PyTorch, onnxscript and ONNX Runtime together: `nox -s "backends(backend='
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -66,7 +67,10 @@ def test_bundle_round_trip_verifies(tmp_path: Path) -> None:
         "policy.json",
         "reference.npz",
     ]
-    with pytest.warns(FallbackWarning, match="not in the lockfile"):
+    with warnings.catch_warnings():
+        # A training lock holds no engine decisions: ONNX Runtime decides, recorded, no
+        # fallback (the lock never demands entries it never had).
+        warnings.simplefilter("error", FallbackWarning)
         sess = xrt.InferenceSession(str(bundle), device="cpu")
     report = sess.verify()
     assert report.passed
@@ -80,6 +84,34 @@ def test_bundle_round_trip_verifies(tmp_path: Path) -> None:
     assert "sdpa_kernel" in attention.note
     assert any(note.startswith(f"bundle {bundle}") for note in record.notes)
     assert "lock.carry_over" in sess.explain(width=200)
+    (engine,) = [d for d in record.decisions if d.op == "session" and d.mode == "lock"]
+    assert engine.status == "decided"
+    assert "holds no onnxruntime decisions" in engine.reason
+
+
+def test_inference_lock_recorded_for_the_bundle_is_replayed(tmp_path: Path) -> None:
+    """A lockfile that holds the engine's own decisions is demanded on replay: a missing
+    entry for this engine is then a fallback, as for any lock."""
+    import torch
+
+    import xpuruntime as xrt
+    import xpuruntime.pytorch as xrt_torch
+    from xpuruntime.runtime.errors import FallbackError
+
+    bundle = xrt_torch.export(_model(), (torch.randn(2, 2, 8, 32),), tmp_path / "b")  # type: ignore[arg-type]
+    lock = tmp_path / "serving.lock.json"
+    record = xrt.ExecutionPolicy(lock="record", lock_file=str(lock))
+    xrt.InferenceSession(str(bundle), device="cpu", exec_policy=record).verify()
+    replay = xrt.ExecutionPolicy(lock="replay", lock_file=str(lock), fallback="error")
+    sess = xrt.InferenceSession(str(bundle), device="cpu", exec_policy=replay)
+    (decision,) = [d for d in sess.record().decisions if d.op == "session" and d.mode == "lock"]
+    assert decision.status == "locked"
+    changed = _model()
+    with torch.no_grad():
+        changed.project.bias += 1.0  # type: ignore[attr-defined]  # another model: another digest
+    other = xrt_torch.export(changed, (torch.randn(2, 2, 8, 32),), tmp_path / "b2")  # type: ignore[arg-type]
+    with pytest.raises(FallbackError, match="not in the lockfile"):
+        xrt.InferenceSession(str(other), device="cpu", exec_policy=replay)
 
 
 def test_bundle_with_changed_model_is_refused(tmp_path: Path) -> None:

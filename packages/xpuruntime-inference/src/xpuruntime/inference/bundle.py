@@ -1,9 +1,24 @@
 """Opening a model bundle for inference, and verifying a session against its reference outputs.
 
-``InferenceSession(bundle_dir)`` runs the bundle's ONNX model under the bundle's policy with
-its lockfile replayed (training decisions the engine can express are carried over; the
-record says which it cannot and why). :func:`verify_session` runs the reference inputs
-exported with the model and compares the outputs with the bundle's tolerances.
+``InferenceSession(bundle_dir)`` runs the bundle's ONNX model under the bundle's policy.
+How that policy applies in inference:
+
+- **What training decided is pinned and checked.** The policy's precision, device-neutral
+  settings and fallback mode apply as they are. The lockfile is replayed: training
+  decisions an engine can express are carried over (``lock.carry_over.*`` in the record),
+  the others are recorded with the reason. The training kernel policy names PyTorch kernels
+  (``attention=flash_v2``): it is not demanded of the inference engine, whose kernels are
+  others; instead the record says, per op call exported, what it was trained on, the ONNX
+  form it took (standard op or decomposition, from the bundle) and which engine nodes run it
+  (``bundle.op.<call>``).
+- **The inference engine's own decisions are recorded,** or replayed when the lockfile holds
+  a lock recorded for that engine (``lock="record"`` on an inference session of the
+  bundle). A training lockfile never makes an inference session demand entries it never had.
+- ``exec_policy=`` (or ``kernel_policy=`` and the other arguments) pins what the engine does,
+  on top of or instead of the bundle's policy.
+
+:func:`verify_session` runs the reference inputs exported with the model and compares the
+outputs with the bundle's tolerances.
 """
 
 from __future__ import annotations
@@ -16,12 +31,14 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import numpy as np
 
+from xpuruntime.inference.settings import add_setting
 from xpuruntime.policies.bundle import BundleError, BundleManifest, read_manifest
 
 if TYPE_CHECKING:
     from xpuruntime.inference.compare import TensorComparison
     from xpuruntime.inference.session import InferenceSession, PolicySource
-    from xpuruntime.runtime.record import ExecutionRecord
+    from xpuruntime.policies.bundle import ExportedNode
+    from xpuruntime.runtime.record import ExecutionRecord, NodeRecord
 
 __all__ = ["Bundle", "BundleVerification", "VerificationError", "open_bundle", "verify_session"]
 
@@ -55,6 +72,9 @@ class Bundle:
         from xpuruntime.policies import load_policy
 
         policy = load_policy(self.folder / self.manifest.policy).execution_policy()
+        # Training's kernels are PyTorch's: checked in the record (describe), not pinned on
+        # an engine that runs other kernels.
+        policy = policy.replace(kernel_policy=None)
         if self.lock_file is not None:
             policy = policy.replace(lock="replay", lock_file=str(self.lock_file))
         return policy
@@ -72,8 +92,22 @@ class Bundle:
             outputs = {name: data[f"output/{name}"] for name in self.manifest.outputs}
         return inputs, outputs
 
-    def describe(self, record: ExecutionRecord) -> None:
-        """Notes in the record: where the bundle came from."""
+    def trained_kernels(self) -> dict[str, str]:
+        """The training policy's kernel entries, ``op -> "kernel (mode)"``."""
+        from xpuruntime.policies import load_policy
+
+        policy = load_policy(self.folder / self.manifest.policy).execution_policy()
+        if policy.kernel_policy is None:
+            return {}
+        return {
+            op: f"{entry.kernel or 'auto'} ({entry.mode})"
+            for op, entry in sorted(policy.kernel_policy.entries.items())
+        }
+
+    def describe(self, record: ExecutionRecord, engine: str) -> None:
+        """What the bundle carried into this session, after the engine built it: where it
+        came from, and per exported op call what it became and which engine nodes run it
+        (from the engine's own node list in ``record.nodes``)."""
         exported = self.manifest.exported_with
         gpus = self.environment().get("gpu") or ["no GPU"]
         record.notes.append(
@@ -81,6 +115,53 @@ class Bundle:
             f" {', '.join(gpus)}; policy {exported.get('policy_hash', '?')[:12]}"
             + (f", lockfile {self.manifest.lock}" if self.manifest.lock else ", no lockfile")
         )
+        trained = self.trained_kernels()
+        if trained:
+            add_setting(
+                record,
+                "bundle.kernel_policy",
+                ", ".join(f"{op}={kernel}" for op, kernel in trained.items()),
+                None,
+                True,
+                f"training's kernels (PyTorch's) are checked per op call (bundle.op.*), not"
+                f" demanded of {engine}, which runs its own; pin {engine}'s with kernel_policy=",
+            )
+        export = self.manifest.export
+        if export is None:
+            record.notes.append(
+                f"bundle {self.folder}: format 1 holds no record of what its ops became in ONNX"
+            )
+            return
+        for op in export.ops:
+            add_setting(
+                record,
+                f"bundle.op.{op.call}",
+                f"{op.op}, trained on "
+                + (", ".join(op.trained) or "no decision in the exporting process's record"),
+                f"{op.form}: " + ", ".join(f"{n.name} ({n.op_type})" for n in op.nodes),
+                True,
+                _served_by(engine, op.nodes, record.nodes),
+            )
+
+
+def _served_by(engine: str, exported: list[ExportedNode], nodes: list[NodeRecord]) -> str:
+    """Which of the engine's nodes run ``exported``, by the names the engine reports (an
+    OpenVINO node fused from several ONNX nodes is named after them, comma-separated)."""
+    if not nodes:
+        return f"{engine} reports no per-node placement: which of its kernels run these is unknown"
+    names = {node.name for node in exported}
+    serving = [
+        f"{node.name.rstrip(',')} ({node.op_type} on {node.chosen}"
+        + (f", kernel {node.kernel})" if node.kernel else ")")
+        for node in nodes
+        if names & set(node.name.split(","))
+    ]
+    if not serving:
+        return (
+            f"{engine}'s node list names none of these nodes: its optimizer fused or renamed"
+            " them into nodes that do not say where they came from"
+        )
+    return f"{engine} runs them as " + "; ".join(serving)
 
 
 def open_bundle(path: Path) -> Bundle:

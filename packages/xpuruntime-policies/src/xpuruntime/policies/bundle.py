@@ -13,6 +13,10 @@ A bundle is a directory written by ``xpuruntime.pytorch.export`` and opened by
 Every file's SHA-256 is in the manifest, so a bundle whose parts were swapped or damaged is
 refused with the file named. The manifest is plain msgspec: both the writer (the PyTorch
 extension) and the reader (the inference package) use it.
+
+Format 2 adds :class:`ExportRecord` (``export``): the ONNX form each xpuruntime op took and
+why, the nodes each op call became, the kernels training decided for it, and the input
+shapes as exported (symbolic dimensions stay dynamic). Format-1 bundles still open.
 """
 
 from __future__ import annotations
@@ -32,11 +36,15 @@ __all__ = [
     "MANIFEST",
     "BundleError",
     "BundleManifest",
+    "ExportError",
+    "ExportRecord",
+    "ExportedNode",
+    "ExportedOp",
     "file_sha256",
     "read_manifest",
 ]
 
-BUNDLE_FORMAT_VERSION = 1
+BUNDLE_FORMAT_VERSION = 2
 MANIFEST = "bundle.json"
 
 
@@ -44,11 +52,57 @@ class BundleError(XpuRuntimeError, ValueError):
     """A bundle directory is incomplete, damaged, or of a format this release cannot read."""
 
 
+class ExportError(BundleError):
+    """A model cannot be exported: the error names the op or part and what to do."""
+
+
+class ExportedNode(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One ONNX node an op call became."""
+
+    name: str
+    op_type: str
+
+
+class ExportedOp(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One call of an xpuruntime op in the exported graph, and what it became."""
+
+    op: Annotated[str, Meta(description="The torch op, e.g. xpuruntime::fused_attention.")]
+    call: Annotated[str, Meta(description="The call's node in the exported program.")]
+    family: Annotated[str, Meta(description="Its kernel-policy entry: attention, rmsnorm, ...")]
+    form: Annotated[str, Meta(description="The ONNX form it took, and why.")]
+    nodes: list[ExportedNode]
+    trained: Annotated[
+        list[str],
+        Meta(description="Kernels training decided for this family (kernel (status)); empty"
+             " when this process's training record holds none."),
+    ]  # fmt: skip
+
+
+class ExportRecord(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How the model became ONNX."""
+
+    opset: int
+    engines: Annotated[
+        dict[str, dict[str, str]],
+        Meta(description="'engine version' -> standard op type -> 'runs' or its refusal."),
+    ]
+    forms: Annotated[dict[str, str], Meta(description="op family -> the form it took, why.")]
+    fused: Annotated[
+        dict[str, int],
+        Meta(description="Standard ops the exporter's optimiser fused from the graph, counted."),
+    ] = msgspec.field(default_factory=dict)
+    ops: list[ExportedOp]
+    input_shapes: Annotated[
+        dict[str, list[str | int]],
+        Meta(description="Per input, its dimensions as exported: names are dynamic."),
+    ]
+
+
 class BundleManifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``bundle.json``: the parts of a bundle and how to check them."""
 
     format: Literal["xpuruntime-bundle"] = "xpuruntime-bundle"
-    version: Literal[1] = 1
+    version: Literal[1, 2] = 2
     model: str = "model.onnx"
     policy: str = "policy.json"
     lock: str | None = None
@@ -62,6 +116,7 @@ class BundleManifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         dict[str, str], Meta(description="SHA-256 of every file, by its path in the bundle.")
     ]
     exported_with: dict[str, str] = msgspec.field(default_factory=dict)
+    export: ExportRecord | None = None
 
     def save(self, folder: Path) -> Path:
         target = folder / MANIFEST

@@ -5,12 +5,19 @@ The bundle (see :mod:`xpuruntime.policies.bundle`) holds the ONNX model written 
 lockfile, the environment fingerprint of this machine and reference inputs/outputs computed
 by PyTorch here. ``InferenceSession(bundle_dir)`` loads them together and ``verify()`` runs the
 reference inputs through the inference engine and compares the outputs.
+
+xpuruntime's own ops become the ONNX they compute, in the form the installed engines run
+(:mod:`xpuruntime.pytorch.onnx_forms`); the bundle records, per op call, that form and the
+nodes it became (:mod:`xpuruntime.pytorch.export_map`). Every dimension of the inputs is
+exported dynamic where the model allows (``torch.export.Dim.AUTO``) unless ``dynamic_shapes``
+says otherwise.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,9 +27,17 @@ import numpy as np
 import torch
 
 from xpuruntime.policies import ExecutionPolicy
-from xpuruntime.policies.bundle import BundleError, BundleManifest, file_sha256
+from xpuruntime.policies.bundle import (
+    BundleError,
+    BundleManifest,
+    ExportError,
+    ExportRecord,
+    file_sha256,
+)
+from xpuruntime.policies.errors import XpuRuntimeError
 from xpuruntime.policies.lock import Lockfile, artifact_folder
 from xpuruntime.pytorch import policy as policy_state
+from xpuruntime.pytorch.onnx_forms import Forms, optimise
 from xpuruntime.pytorch.switches import torch_version
 
 __all__ = ["export"]
@@ -72,6 +87,7 @@ def export(
     rtol: float = 1e-3,
     atol: float = 1e-5,
     overwrite: bool = False,
+    forms: Forms | None = None,
 ) -> Path:
     """Write ``model`` as a bundle directory at ``path`` and return the path.
 
@@ -80,7 +96,13 @@ def export(
     policy's ``lock_file`` when it records or replays one. ``example_inputs`` are the
     reference inputs: the model runs on them here (under ``torch.no_grad``) and the outputs
     are stored with ``rtol``/``atol`` for :meth:`InferenceSession.verify`. ``dynamic_shapes``
-    goes to ``torch.onnx.export``.
+    goes to ``torch.onnx.export`` as ``torch.export`` takes it; by default every dimension
+    of the tensor inputs is ``Dim.AUTO`` (dynamic unless the model fixes it; torch.export
+    also fixes a dimension of size 0 or 1 in the example). A model or op that cannot export
+    raises :class:`~xpuruntime.policies.bundle.ExportError` naming it. ``forms`` overrides
+    the ONNX forms chosen from the installed engines (:func:`~xpuruntime.pytorch.onnx_forms.
+    choose_forms` with the probes of the engines that will serve the model, when those are
+    not installed here).
     """
     try:
         from xpuruntime.pytorch._onnx_ops import onnx_translations
@@ -105,25 +127,44 @@ def export(
     if active is not None:
         active.flush()  # the dispatcher's decisions so far go into the lockfile first
     locked, artifacts = _lock_of(lock, execution)
+    from xpuruntime.pytorch.export_map import trained_kernels
+
+    trained = trained_kernels(policy_state.current_record().decisions)
 
     with torch.no_grad():
         expected = _flatten(model(*args))
     onnx_path = folder / "model.onnx"
+    if forms is None:
+        from xpuruntime.pytorch.onnx_forms import choose_forms
+
+        forms = choose_forms()
+    if dynamic_shapes is None:
+        dynamic_shapes = _auto_dynamic(args)
     # Traced with PyTorch's own switches: tracing does not depend on them, and torch.export
     # calls cudnn.set_flags(), which refuses per-op fp32_precision values (as a policy
     # writes them) next to an unset global one.
     with policy_state.kernel_policy():
-        torch.onnx.export(
-            model,
-            args,
-            str(onnx_path),
-            dynamo=True,
-            external_data=False,
-            dynamic_shapes=dynamic_shapes,
-            custom_translation_table=onnx_translations(),
-            verbose=False,
-        )
-    input_names, output_names = _io_names(onnx_path)
+        try:
+            program = torch.onnx.export(
+                model,
+                args,
+                dynamo=True,
+                opset_version=forms.opset,
+                dynamic_shapes=dynamic_shapes,
+                custom_translation_table=onnx_translations(forms),
+                optimize=False,  # optimised below, with only the fusions the engines run
+                verbose=False,
+            )
+            assert program is not None
+            fused = optimise(program.model, forms)
+            program.save(str(onnx_path), external_data=False)
+        except Exception as error:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise _export_error(error) from error
+    import onnx
+
+    graph = onnx.load(str(onnx_path), load_external_data=False)
+    input_names, output_names = _io_names(graph)
     if len(output_names) != len(expected):
         raise BundleError(
             f"the ONNX model has {len(output_names)} outputs but the model returned"
@@ -155,6 +196,16 @@ def export(
         locked.save(folder / lock_name)
         if artifacts is not None and artifacts.is_dir():
             shutil.copytree(artifacts, artifact_folder(folder / lock_name))
+    from xpuruntime.pytorch.export_map import exported_ops, input_shapes
+
+    record = ExportRecord(
+        opset=forms.opset,
+        engines={f"{probe.engine} {probe.version}": dict(probe.results) for probe in forms.engines},
+        forms={family: forms.describe(family) for family in forms.forms},
+        fused=fused,
+        ops=exported_ops(graph, forms, trained),
+        input_shapes=input_shapes(graph, input_names),
+    )
     files = {
         p.relative_to(folder).as_posix(): file_sha256(p)
         for p in sorted(folder.rglob("*"))
@@ -171,14 +222,51 @@ def export(
             "torch": torch_version(),
             "policy_hash": served_policy_hash(execution),
         },
+        export=record,
     ).save(folder)
     return folder
 
 
-def _io_names(model: Path) -> tuple[list[str], list[str]]:
-    import onnx
+def _auto_dynamic(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Every dimension of every tensor argument ``Dim.AUTO``: dynamic unless the model (or
+    a size-0/1 example dimension) fixes it."""
+    auto = torch.export.Dim.AUTO
+    return tuple(
+        {axis: auto for axis in range(arg.dim())} if isinstance(arg, torch.Tensor) else None
+        for arg in args
+    )
 
-    graph = onnx.load(str(model), load_external_data=False).graph
+
+_MISSING = re.compile(r"No ONNX function found for <OpOverload\(op='(?P<op>[\w.]+)'")
+
+
+def _export_error(error: BaseException) -> XpuRuntimeError:
+    """The typed error for a failed export: an xpuruntime error a translation raised, or one
+    naming the op the exporter has no ONNX for, or the exporter's own summary."""
+    cause: BaseException | None = error
+    innermost = error
+    while cause is not None:
+        if isinstance(cause, XpuRuntimeError):
+            return ExportError(str(cause))
+        innermost, cause = cause, cause.__cause__
+    text = str(error)
+    missing = _MISSING.search(text)
+    if missing is not None:
+        op = missing["op"].replace(".", "::", 1)
+        return ExportError(
+            f"{op} has no ONNX translation: torch.onnx.export cannot write it. Replace the"
+            f" call with ops that have one (xpuruntime's own ops all do), or pass a"
+            f" custom_translation_table entry for {op} to torch.onnx.export yourself"
+        )
+    summary = f"{type(innermost).__name__}: {str(innermost).strip()[:500]}"
+    return ExportError(
+        f"torch.onnx.export could not export the model: {summary} (the exporter's own"
+        " traceback is chained to this error)"
+    )
+
+
+def _io_names(model: Any) -> tuple[list[str], list[str]]:
+    graph = model.graph
     initializers = {i.name for i in graph.initializer}
     return (
         [i.name for i in graph.input if i.name not in initializers],

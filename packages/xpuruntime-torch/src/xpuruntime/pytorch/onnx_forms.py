@@ -1,0 +1,276 @@
+"""Which ONNX form each xpuruntime op takes in an export: the standard op, or a decomposition.
+
+The standard ops (opset 23's ``Attention`` and ``RMSNormalization``, opset 17's
+``LayerNormalization``, opset 20's ``Gelu``) keep an op one node an engine can map to its own
+fused kernel. An engine that does not implement one would refuse the whole model, so the
+choice is made from what the installed engines accept: each standard op is built as a
+one-node model, run on every installed engine (ONNX Runtime's CPU provider, and its CUDA
+provider where present; OpenVINO's CPU device) and compared with a NumPy reference. An op
+becomes the standard node only when every engine runs it correctly, a decomposition into
+basic ONNX ops otherwise; the export's opset is 23 when every engine loads opset-23 models,
+18 otherwise; with no engine installed every op is decomposed. The answers are cached per
+process (the engines do not change under it) and recorded in the bundle.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import numpy as np
+
+__all__ = [
+    "STANDARD_OPS",
+    "EngineProbe",
+    "Forms",
+    "choose_forms",
+    "optimise",
+    "probe_engines",
+]
+
+#: xpuruntime op family -> (standard ONNX op type, the opset that defines it).
+STANDARD_OPS: dict[str, tuple[str, int]] = {
+    "attention": ("Attention", 23),
+    "rmsnorm": ("RMSNormalization", 23),
+    "layernorm": ("LayerNormalization", 17),
+    "gelu": ("Gelu", 20),
+    # No xpuruntime op: the exporter's optimiser fuses a rotary embedding into it (Llama).
+    "rotary": ("RotaryEmbedding", 23),
+}
+
+#: The opset of an export when every engine loads it, and the one it falls back to.
+HIGH_OPSET, LOW_OPSET = 23, 18
+# ONNX Runtime 1.2x reads IR version 10 models at the newest; opset 23 needs no more.
+_IR_VERSION = 10
+
+
+class EngineProbe(msgspec.Struct, frozen=True):
+    """One engine's answers: op type -> "runs" or why it does not."""
+
+    engine: str
+    version: str
+    results: dict[str, str]
+
+
+class Forms(msgspec.Struct, frozen=True):
+    """The forms of one export: its opset, per op family "standard" or "decomposition"."""
+
+    opset: int
+    forms: dict[str, str]
+    engines: list[EngineProbe]
+
+    def standard(self, family: str) -> bool:
+        return self.forms.get(family) == "standard"
+
+    def describe(self, family: str) -> str:
+        op_type, since = STANDARD_OPS[family]
+        if self.standard(family):
+            return f"standard {op_type} (opset {since})"
+        refusals = [
+            f"{probe.engine} {probe.version}: {probe.results.get(op_type, 'not probed')}"
+            for probe in self.engines
+            if probe.results.get(op_type, "") != "runs"
+        ]
+        why = (
+            "; ".join(refusals)
+            if refusals
+            else f"the export's opset is {self.opset}"
+            if self.engines
+            else "no engine was installed to ask"
+        )
+        return f"decomposition into basic ONNX ops ({op_type} not used: {why})"
+
+
+def _model(node: Any, inputs: dict[str, np.ndarray[Any, Any]], opset: int) -> bytes:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [node],
+        "probe",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape) for n, a in inputs.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = _IR_VERSION
+    return bytes(model.SerializeToString())
+
+
+def _softmax(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)  # type: ignore[no-any-return]
+
+
+def _cases() -> dict[str, tuple[bytes, dict[str, np.ndarray[Any, Any]], np.ndarray[Any, Any]]]:
+    """op type -> (one-node model, feeds, the reference output). Causal, grouped-query
+    attention: the hardest form the translations emit."""
+    from onnx import helper
+
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 4, 3, 8)).astype(np.float32)
+    kv = rng.standard_normal((2, 1, 2, 3, 8)).astype(np.float32)
+    k, v = kv[0], kv[1]
+    scores = q @ np.repeat(k, 2, axis=1).transpose(0, 1, 3, 2) / np.sqrt(8)
+    scores = np.where(np.tril(np.ones((3, 3), bool)), scores, -np.inf)
+    attention = _softmax(scores) @ np.repeat(v, 2, axis=1)
+    x = rng.standard_normal((2, 3, 8)).astype(np.float32)
+    w = rng.standard_normal(8).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    centred = x - x.mean(-1, keepdims=True)
+    layernorm = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-5) * w + b
+    rmsnorm = x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-5) * w
+    gelu = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    # The exporter's fusion gives RotaryEmbedding a cos/sin cache of batch 1 (broadcast).
+    angles = rng.standard_normal((1, 3, 4)).astype(np.float32)
+    cos, sin = np.cos(angles), np.sin(angles)
+    heads = rng.standard_normal((2, 2, 3, 8)).astype(np.float32)  # batch 2
+    first, second = heads[..., :4], heads[..., 4:]
+    c, s = cos[:, None], sin[:, None]
+    rotary = np.concatenate([first * c - second * s, second * c + first * s], axis=-1)
+    make = helper.make_node
+    return {
+        "Attention": (
+            _model(make("Attention", ["q", "k", "v"], ["y"], is_causal=1), {"q": q, "k": k, "v": v}, 23),
+            {"q": q, "k": k, "v": v},
+            attention,
+        ),
+        "RMSNormalization": (
+            _model(make("RMSNormalization", ["x", "w"], ["y"], axis=-1, epsilon=1e-5), {"x": x, "w": w}, 23),
+            {"x": x, "w": w},
+            rmsnorm,
+        ),
+        "LayerNormalization": (
+            _model(
+                make("LayerNormalization", ["x", "w", "b"], ["y"], axis=-1, epsilon=1e-5),
+                {"x": x, "w": w, "b": b},
+                17,
+            ),
+            {"x": x, "w": w, "b": b},
+            layernorm,
+        ),
+        "Gelu": (
+            _model(make("Gelu", ["x"], ["y"], approximate="tanh"), {"x": x}, 20),
+            {"x": x},
+            gelu,
+        ),
+        "RotaryEmbedding": (
+            _model(make("RotaryEmbedding", ["x", "cos", "sin"], ["y"]),
+                   {"x": heads, "cos": cos, "sin": sin}, 23),
+            {"x": heads, "cos": cos, "sin": sin},
+            rotary,
+        ),
+    }  # fmt: skip
+
+
+Runner = Callable[[bytes, dict[str, np.ndarray[Any, Any]]], np.ndarray[Any, Any]]
+
+
+def _onnxruntime(provider: str) -> Runner:
+    def run(model: bytes, feeds: dict[str, np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 4  # a refusal is the answer, not a message for the log
+        session = onnxruntime.InferenceSession(model, options, providers=[provider])
+        return np.asarray(session.run(None, feeds)[0])
+
+    return run
+
+
+def _openvino(model: bytes, feeds: dict[str, np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
+    import openvino
+
+    core = openvino.Core()
+    compiled = core.compile_model(core.read_model(model, b""), "CPU")
+    return np.asarray(compiled(feeds)[0])
+
+
+def _engines() -> list[tuple[str, str, Runner]]:
+    """(engine, version, runner) of every installed engine the bundle may be served on."""
+    found: list[tuple[str, str, Runner]] = []
+    if importlib.util.find_spec("onnxruntime") is not None:
+        import onnxruntime
+
+        providers = onnxruntime.get_available_providers()
+        for provider, name in (
+            ("CPUExecutionProvider", "onnxruntime"),
+            ("CUDAExecutionProvider", "onnxruntime-cuda"),
+        ):
+            if provider in providers:
+                found.append((name, onnxruntime.__version__, _onnxruntime(provider)))
+    if importlib.util.find_spec("openvino") is not None:
+        import openvino
+
+        found.append(("openvino", openvino.__version__, _openvino))
+    return found
+
+
+def _answer(run: Runner, case: tuple[bytes, dict[str, Any], np.ndarray[Any, Any]]) -> str:
+    model, feeds, want = case
+    try:
+        got = run(model, feeds)
+    except Exception as exc:
+        return f"refused: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    if got.shape != want.shape or not np.allclose(got, want, rtol=1e-4, atol=1e-5):
+        return "runs but computes something else than the ONNX definition"
+    return "runs"
+
+
+@functools.cache
+def probe_engines() -> tuple[EngineProbe, ...]:
+    """Every installed engine's answer for every standard op (cached per process)."""
+    cases = _cases()
+    return tuple(
+        EngineProbe(name, version, {op_type: _answer(run, case) for op_type, case in cases.items()})
+        for name, version, run in _engines()
+    )
+
+
+def choose_forms(probes: tuple[EngineProbe, ...] | None = None) -> Forms:
+    """The forms of an export for the engines probed (default: the installed ones)."""
+    engines = list(probe_engines() if probes is None else probes)
+    # An engine that runs one opset-23 op loads opset-23 models: the others it refuses are
+    # decomposed, and the rest of the model keeps the newer opset.
+    newest = [STANDARD_OPS[f][0] for f in STANDARD_OPS if STANDARD_OPS[f][1] == HIGH_OPSET]
+    loads_newest = all(any(p.results.get(t) == "runs" for t in newest) for p in engines)
+    # With no engine to ask, nothing vouches for a standard op: decompose everything.
+    opset = HIGH_OPSET if loads_newest and engines else LOW_OPSET
+    forms = {
+        family: "standard"
+        if engines and since <= opset and all(p.results.get(op_type) == "runs" for p in engines)
+        else "decomposition"
+        for family, (op_type, since) in STANDARD_OPS.items()
+    }
+    return Forms(opset, forms, engines)
+
+
+def optimise(model: Any, forms: Forms) -> dict[str, int]:
+    """The exporter's own optimisation of ``model`` (an ``onnx_ir`` model, in place: constant
+    folding, dead nodes, common subexpressions), with only the opset-23 fusions whose op
+    every engine runs (the exporter would apply them all). Returns fused op -> count."""
+    import onnxscript.optimizer
+
+    onnxscript.optimizer.optimize_ir(model)
+    if forms.opset < HIGH_OPSET:
+        return {}
+    try:  # onnxscript's fusion rules, one module per fused op
+        from onnxscript.rewriter.rules.fusion import (
+            _gqa,
+            _rms_normalization,
+            _rotary_embedding,
+        )
+    except ImportError:  # another onnxscript: its fusions are not applied, and none is needed
+        return {}
+    fusions = {
+        "rmsnorm": ("RMSNormalization", _rms_normalization.fuse_rms_normalization),
+        "rotary": ("RotaryEmbedding", _rotary_embedding.fuse_rotary_embedding),
+        "attention": ("Attention", _gqa.fuse_gqa),
+    }
+    counts = {
+        op_type: int(fuse(model))
+        for family, (op_type, fuse) in fusions.items()
+        if forms.standard(family)
+    }
+    return {op_type: count for op_type, count in counts.items() if count}
