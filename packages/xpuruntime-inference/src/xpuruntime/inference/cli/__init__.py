@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from xpuruntime.inference.cli import (  # noqa: F401  (registers the commands)
     benching,
+    bundling,
     caching,
     comparing,
     inspecting,
