@@ -219,10 +219,13 @@ def _locked_group(session: nox.Session, group: str) -> list[str]:
 
 @nox.session(python=PYTHON, default=True)
 def lint(session: nox.Session) -> None:
-    """ruff lint and format check over the whole workspace."""
-    session.install("ruff>=0.14,<0.15")
+    """ruff lint and format check over the whole workspace, and the layer contracts
+    (import-linter, ``[tool.importlinter]`` in pyproject.toml: policies < core < engine kit <
+    engines < session and tools < CLIs, torch beside inference, no cycles)."""
+    session.install("ruff>=0.14,<0.15", "import-linter>=2.3,<3")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("python", "scripts/check_layers.py")
 
 
 @nox.session(python=PYTHON, default=True)
