@@ -286,3 +286,21 @@ def test_string_inputs_run_as_onnx_runtime_runs_them(tmp_path):
     session = InferenceSession(path, engine="qnn", device="cpu", fallback="allow")
     for feed in (np.array(["a", "bc"]), np.array([1, 2]).astype("str"), ["a", "bc"]):
         assert list(session.run({"text": feed})["same"]) == [str(v) for v in feed]
+
+
+def test_lockfile_records_and_replays_the_provider_options(mlp, tmp_path):
+    # QNN locks the way every kit engine does: the provider options it ran with, checked
+    # again on replay; a replay under other options is refused through the fallback mode.
+    from xpuruntime.inference import InferenceSession
+
+    lock = str(tmp_path / "qnn.lock.json")
+    recorded = InferenceSession(mlp, engine="qnn", device="cpu", lock="record", lock_file=lock)
+    (decision,) = recorded.record().decisions
+    assert (decision.status, decision.kernel) == ("decided", "QNN htp")
+    replayed = InferenceSession(mlp, engine="qnn", device="cpu", lock="replay", lock_file=lock)
+    assert [d.status for d in replayed.record().decisions] == ["locked"]
+    with pytest.raises(FallbackError, match="htp_performance_mode"):
+        InferenceSession(
+            mlp, engine="qnn", device="cpu", lock="replay", lock_file=lock,
+            performance_hint="throughput", fallback="error",
+        )  # fmt: skip

@@ -51,7 +51,7 @@ def _problem(entry: LockEntry, lock: Lockfile, path: Path | None) -> str:
     )
     if differences:
         return "; ".join(differences)
-    if entry.domain in ("onnxruntime", "tensorrt", "openvino"):
+    if entry.domain in ("onnxruntime", "tensorrt", "openvino", "qnn"):
         missing = _engine_missing(entry.domain)
         if missing:
             return missing

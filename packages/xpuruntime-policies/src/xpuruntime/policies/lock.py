@@ -59,8 +59,8 @@ __all__ = [
 LOCK_SCHEMA_VERSION = 1
 
 #: Who took a decision: the core dispatcher, the PyTorch extension, or an inference engine.
-Domain: TypeAlias = Literal["core", "pytorch", "onnxruntime", "tensorrt", "openvino"]
-DOMAINS: tuple[Domain, ...] = ("core", "pytorch", "onnxruntime", "tensorrt", "openvino")
+Domain: TypeAlias = Literal["core", "pytorch", "onnxruntime", "tensorrt", "openvino", "qnn"]
+DOMAINS: tuple[Domain, ...] = ("core", "pytorch", "onnxruntime", "tensorrt", "openvino", "qnn")
 
 #: (domain, op, shape, dtype, device, layout, model): what an entry is looked up by.
 Signature: TypeAlias = tuple[str, str, str, str, str, str, str]
