@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from xpuruntime.policies import KernelPolicy
+from xpuruntime.runtime.engines import Availability
 from xpuruntime.runtime.errors import InvalidArgumentError
 from xpuruntime.runtime.native import core
 from xpuruntime.runtime.record import DecisionRecord, DecisionStatus
@@ -292,6 +293,37 @@ class EngineRegistry:
     def find(self, **required: str | Sequence[str]) -> builtins.list[str]:
         """Engines listing every required value, e.g. ``find(devices="cuda", precisions="fp16")``."""
         return list(core().engine_find(_normalise("find", required)))
+
+    # -- the process's engine availability: probed once, kept here, read from here --------
+
+    def publish(self, name: str, found: Availability, aliases: Sequence[str] = ()) -> None:
+        """Keep what probing engine ``name`` found (read back by :meth:`availability`)."""
+        self.register(
+            name,
+            {
+                "available": "yes" if found.available else "no",
+                # an unavailable engine lists no devices
+                "devices": list(found.devices) if found.available else [],
+                "aliases": list(aliases),
+                "versions": [f"{k} {v}" for k, v in found.versions.items()],
+                "reason": found.reason,
+                "install_hint": found.install_hint,
+            },
+        )
+
+    def availability(self, name: str) -> Availability | None:
+        """What probing engine ``name`` found in this process; None when it was not probed."""
+        entry = next((e for e in self.list() if e["name"] == name), None)
+        if entry is None:
+            return None
+        caps: dict[str, list[str]] = entry["capabilities"]
+        return Availability(
+            available=caps.get("available") == ["yes"],
+            reason="".join(caps.get("reason", [])),
+            install_hint="".join(caps.get("install_hint", [])),
+            devices=tuple(caps.get("devices", [])),
+            versions=dict(v.split(" ", 1) for v in caps.get("versions", []) if " " in v),
+        )
 
 
 def _normalise(owner: str, capabilities: Mapping[str, str | Sequence[str]]) -> dict[str, list[str]]:
