@@ -386,7 +386,8 @@ BACKENDS = {
     # Public models on the QNN EP: the HTP simulator's minutes-long ones are marked slow and
     # run in the public_models session.
     "qnn": Backend(("qnn",), ("npu",), tests=(PUBLIC_MODEL_TESTS,)),
-    "torch-cpu": Backend(("cpu", "torch"), torch=True),
+    # OpenVINO beside PyTorch: the round trip's OpenVINO column (train, export, serve).
+    "torch-cpu": Backend(("cpu", "torch", "openvino"), torch=True),
     "cuda": Backend(("cuda", "torch"), ("core", "inference", "torch"), torch=True),
     "tensorrt": Backend(("tensorrt",), ("inference",)),
 }
@@ -444,6 +445,27 @@ def backends(session: nox.Session, backend: str) -> None:
 def gpu_backends(session: nox.Session, backend: str) -> None:
     """The GPU backend matrix (cuda, tensorrt): needs an NVIDIA GPU, never run by CI here."""
     _backend_session(session, backend)
+
+
+ROUND_TRIP_TESTS = [
+    "packages/xpuruntime/tests/backends/test_round_trip.py",
+    "packages/xpuruntime/tests/backends/test_bundle.py",
+]
+
+
+@nox.session(python=PYTHON, default=False)
+def round_trip(session: nox.Session) -> None:
+    """The round-trip matrix with its heavy cases (GPT-2, Mistral, a deeper Llama): minutes.
+
+    The small cases run in backends(backend='torch-cpu'); this adds the rest.
+    """
+    spec = BACKENDS["torch-cpu"]
+    _install_locked(session, Environment((*_ALL, "torch"), "xpuruntime", spec.extras, True))
+    session.run(
+        "pytest", *ROUND_TRIP_TESTS, "-m", "not gpu and not tensorrt", *session.posargs,
+        env={"XPURUNTIME_BACKEND": "torch-cpu", "XPURUNTIME_ROUND_TRIP": "heavy",
+             "XPURUNTIME_DIST": str(DIST)},
+    )  # fmt: skip
 
 
 @nox.session(python=PYTHON, default=False)
