@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from xpuruntime.inference.cli.options import bundle_of
 from xpuruntime.inference.errors import (
     InputError,
     InvalidModelError,
@@ -72,6 +73,7 @@ class CommandGroup(click.Group):
         debug: bool,
         **extra: Any,
     ) -> int:
+        bundle_of.cache_clear()  # one command, one look at each bundle (tests run many)
         try:
             result = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
         except click.UsageError as exc:

@@ -7,6 +7,7 @@ so a file or the environment decides; the record's ``policy_sources`` says who s
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,27 +37,21 @@ MAX_DIM = 2**31 - 1
 
 
 class ModelPath(click.ParamType[str, Any]):
-    """MODEL: an ONNX file, or (``bundles=True``) a bundle directory written by
-    ``xpuruntime.pytorch.export``. A missing path, an empty file or a directory that is not a
-    bundle is a usage error before anything is opened."""
+    """MODEL: an ONNX file or a bundle directory written by ``xpuruntime.pytorch.export``. A
+    missing path, an empty file or a directory that is not a bundle is a usage error before
+    anything is opened."""
 
     name = "model"
 
-    def __init__(self, bundles: bool = True) -> None:
-        self.bundles = bundles
-
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from xpuruntime.policies.errors import XpuRuntimeError
+
         path = Path(value)
         if not path.exists():
             self.fail(f"{value!r} does not exist", param, ctx)
         if path.is_dir():
-            if not self.bundles:
-                self.fail(f"{value!r} is a directory; give an ONNX file", param, ctx)
-            from xpuruntime.inference.bundle import open_bundle
-            from xpuruntime.policies.errors import XpuRuntimeError
-
             try:
-                open_bundle(path)
+                bundle_of(str(value))
             except XpuRuntimeError as exc:
                 self.fail(f"{value!r} is a directory but not a bundle: {exc}", param, ctx)
         elif path.stat().st_size == 0:
@@ -67,8 +62,10 @@ class ModelPath(click.ParamType[str, Any]):
 MODEL = ModelPath()
 
 
+@functools.cache
 def bundle_of(model: str) -> Bundle | None:
-    """The bundle when MODEL is a bundle directory (checked by :class:`ModelPath`)."""
+    """The bundle when MODEL is a bundle directory. Opened once per command: opening checks
+    the SHA-256 of every file, the model's included."""
     from xpuruntime.inference.bundle import open_bundle
 
     path = Path(model)
