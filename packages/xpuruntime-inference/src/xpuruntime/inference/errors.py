@@ -8,9 +8,9 @@ dtype ...), so generic code keeps working.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
+from xpuruntime.policies._suggest import closest
 from xpuruntime.policies.errors import XpuRuntimeError
 from xpuruntime.runtime.errors import FallbackError
 
@@ -34,9 +34,10 @@ __all__ = [
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` when ``name`` looks like a typo of one of ``choices``."""
-    close = difflib.get_close_matches(name, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    """`` (did you mean 'x'?)`` when ``name`` looks like a typo of one of ``choices`` (the
+    one suggestion rule: :func:`xpuruntime.policies._suggest.closest`)."""
+    close = closest(name, choices)
+    return f" (did you mean {close!r}?)" if close is not None else ""
 
 
 class ModelNotFoundError(XpuRuntimeError, FileNotFoundError):

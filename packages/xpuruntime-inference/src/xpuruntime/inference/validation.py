@@ -50,6 +50,14 @@ def describe_tensor(info: TensorInfo) -> str:
     return f"{info.name}: {info.dtype}[{dims}]"
 
 
+def key_error(key: object, inputs: str) -> InputNameError:
+    """The error for a feed keyed by something other than an input name (a string)."""
+    return InputNameError(
+        f"input names are strings, got the key {key!r} ({type(key).__name__}); the model's "
+        f"inputs are: {inputs}"
+    )
+
+
 class _Expected:
     __slots__ = ("dtype", "fixed", "info", "numpy_dtype", "rank", "symbols")
 
@@ -100,6 +108,10 @@ class FeedValidator:
                 if x.dtype is not exp.numpy_dtype and x.dtype != exp.numpy_dtype:
                     self._raise_dtype(exp, x.dtype.name)
                 shape: Sequence[int] = x.shape
+            elif isinstance(x, (list, tuple)):
+                # Lists become arrays of the input's element type in the engine kit (which
+                # also refuses a ragged one): nothing to check before that.
+                continue
             else:
                 got = dtype_name(x)
                 if got != exp.dtype:
@@ -152,7 +164,10 @@ class FeedValidator:
             f"implicitly: convert it first (for numpy: x.astype({exp.dtype!r}))"
         )
 
-    def _raise_names(self, feeds: Mapping[str, Any]) -> None:
+    def _raise_names(self, feeds: Mapping[Any, Any]) -> None:
+        for key in feeds:
+            if not isinstance(key, str):
+                raise key_error(key, self.model_inputs())
         unknown = [n for n in feeds if n not in self._names]
         missing = sorted(self._names - set(feeds))
         parts = [f"unknown input {n!r}{did_you_mean(n, self._names - set(feeds))}" for n in unknown]

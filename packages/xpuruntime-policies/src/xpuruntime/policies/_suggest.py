@@ -19,10 +19,9 @@ def shown(value: object) -> str:
     return _REPR.repr(value)
 
 
-def choices_hint(given: str, choices: Iterable[str]) -> str:
-    """``"Valid choices: a, b, c. Did you mean 'b'?"`` (the last part only when one is close)."""
+def closest(given: str, choices: Iterable[str]) -> str | None:
+    """The choice ``given`` is most likely a slip of, or None when none is close."""
     options = sorted(set(choices))
-    hint = "Valid choices: " + (", ".join(options) if options else "(none)") + "."
     close = difflib.get_close_matches(given, options, n=1, cutoff=0.6)
     if not close:
         # Case slips (cublaslt for cublasLt) and abbreviations (onnx for onnxruntime) score
@@ -31,6 +30,14 @@ def choices_hint(given: str, choices: Iterable[str]) -> str:
         close = [option for option in options if option.lower() == folded][:1] or [
             option for option in options if len(folded) >= 3 and option.lower().startswith(folded)
         ][:1]
-    if close:
-        hint += f" Did you mean {close[0]!r}?"
+    return close[0] if close else None
+
+
+def choices_hint(given: str, choices: Iterable[str]) -> str:
+    """``"Valid choices: a, b, c. Did you mean 'b'?"`` (the last part only when one is close)."""
+    options = sorted(set(choices))
+    hint = "Valid choices: " + (", ".join(options) if options else "(none)") + "."
+    close = closest(given, options)
+    if close is not None:
+        hint += f" Did you mean {close!r}?"
     return hint

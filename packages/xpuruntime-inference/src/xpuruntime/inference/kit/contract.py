@@ -26,13 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from xpuruntime.inference.errors import (
-    InputDtypeError,
-    InputNameError,
-    InputShapeError,
-    SessionClosedError,
-)
+from xpuruntime.inference.errors import InputDtypeError, InputShapeError, SessionClosedError
 from xpuruntime.inference.kit.errors import is_memory_failure, memory_error
+from xpuruntime.inference.validation import describe_tensor, key_error
 from xpuruntime.policies.errors import XpuRuntimeError
 from xpuruntime.runtime.engines import EngineSession, TensorInfo
 
@@ -120,11 +116,7 @@ class KitSession(EngineSession):
         converted: dict[str, Any] = {}
         for key, x in feeds.items():
             if not isinstance(key, str):
-                names = ", ".join(repr(i.name) for i in self._inputs)
-                raise InputNameError(
-                    f"input names are strings, got the key {key!r} ({type(key).__name__}); "
-                    f"the model's inputs are: {names}"
-                )
+                raise key_error(key, "; ".join(describe_tensor(i) for i in self._inputs))
             if isinstance(x, (list, tuple)):
                 try:
                     x = np.asarray(x, dtype=self._list_dtypes.get(key))

@@ -1,0 +1,397 @@
+"""The engine behaviour contract, one suite over every engine installed here.
+
+Each test runs on real sessions of each engine present (ONNX Runtime; OpenVINO; QNN in its
+own environment; TensorRT where installed), through ``InferenceSession`` as a user calls it:
+the model's own input/output names (on a model raw OpenVINO renames), the same feed
+conversions and refusals, ``output_names`` semantics, typed errors for damaged models, feeds
+and settings, closed sessions, a failed run leaving the session usable, records readable
+while runs are in flight, and precision recorded by the one rule. The cache and
+damaged-file battery is in ``test_engine_faults.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from xpuruntime.inference import InferenceSession  # noqa: E402
+from xpuruntime.inference.errors import (  # noqa: E402
+    EngineMemoryError,
+    InputDtypeError,
+    InputError,
+    InputNameError,
+    InputShapeError,
+    InvalidModelError,
+    SessionClosedError,
+)
+from xpuruntime.inference.kit.errors import is_memory_failure  # noqa: E402
+from xpuruntime.policies.errors import PolicyValidationError, XpuRuntimeError  # noqa: E402
+from xpuruntime.runtime.engines import load_engine  # noqa: E402
+
+#: engine -> (device, whether it takes dynamic shapes)
+_CANDIDATES = {
+    "onnxruntime": ("cpu", True),
+    "openvino": ("cpu", True),
+    "qnn": ("npu", False),
+    "tensorrt": ("cuda:0", True),
+}
+
+
+def _present(name: str) -> str:
+    """Why ``name`` cannot run here ("" when it can)."""
+    try:
+        found = load_engine(name).availability()
+    except XpuRuntimeError as exc:
+        return str(exc)
+    if not found.available:
+        return found.reason or "not available"
+    if name == "tensorrt" and not found.devices:
+        return "no CUDA device"
+    return ""
+
+
+ENGINES = [
+    pytest.param(name, marks=pytest.mark.skipif(bool(why), reason=f"{name}: {why}"), id=name)
+    for name, why in ((n, _present(n)) for n in _CANDIDATES)
+]
+
+
+def _save(graph: Any, path: Path) -> Path:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what every installed engine reads
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Small models built here (seconds to compile on every engine)."""
+    root = tmp_path_factory.mktemp("contract")
+    weight = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3) / 10, "weight")
+    # Raw OpenVINO names the compiled input '/Cast_1_output_0' (the no-op Cast's output)
+    # and the first output 'h' (the tensor 'logits' is an Identity of): a model whose own
+    # names an engine must keep.
+    renamed = helper.make_graph(
+        [
+            helper.make_node("Cast", ["input_0"], ["/Cast_1_output_0"], to=TensorProto.FLOAT),
+            helper.make_node("MatMul", ["/Cast_1_output_0", "weight"], ["h"]),
+            helper.make_node("Identity", ["h"], ["logits"]),
+            helper.make_node("Softmax", ["h"], ["probs"], axis=-1),
+        ],
+        "renamed",
+        [helper.make_tensor_value_info("input_0", TensorProto.FLOAT, ["batch", 4])],
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3]),
+            helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", 3]),
+        ],
+        [weight],
+    )
+    two_inputs = helper.make_graph(
+        [
+            helper.make_node("Add", ["a", "b"], ["sum"]),
+            helper.make_node("Mul", ["a", "b"], ["prod"]),
+        ],
+        "two_inputs",
+        [
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 3]),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, ["n", 3]),
+        ],
+        [
+            helper.make_tensor_value_info("sum", TensorProto.FLOAT, ["n", 3]),
+            helper.make_tensor_value_info("prod", TensorProto.FLOAT, ["n", 3]),
+        ],
+    )
+    return {
+        "renamed": _save(renamed, root / "renamed.onnx"),
+        "two_inputs": _save(two_inputs, root / "two_inputs.onnx"),
+    }
+
+
+def _open(engine: str, model: Path, batch: int = 2, **settings: Any) -> InferenceSession:
+    """A session of ``engine``; engines that need fixed shapes get ``batch`` as every
+    symbolic dimension (their tests of other shapes skip)."""
+    device, _ = _CANDIDATES[engine]
+    if engine == "qnn":
+        graph = onnx.load(str(model), load_external_data=False).graph
+        shapes = {
+            i.name: [d.dim_value or batch for d in i.type.tensor_type.shape.dim]
+            for i in graph.input
+        }
+        settings = {"static_shape": True, "input_shapes": shapes, "fallback": "allow", **settings}
+    return InferenceSession(model, device=device, engine=engine, **settings)
+
+
+def _dynamic(engine: str) -> None:
+    if not _CANDIDATES[engine][1]:
+        pytest.skip(f"{engine} runs fixed shapes only")
+
+
+def _x(batch: int = 2) -> np.ndarray:
+    return np.linspace(-1, 1, batch * 4, dtype=np.float32).reshape(batch, 4)
+
+
+def _expected(x: np.ndarray) -> dict[str, np.ndarray]:
+    h = x @ (np.arange(12, dtype=np.float32).reshape(4, 3) / 10)
+    e = np.exp(h - h.max(axis=-1, keepdims=True))
+    return {"logits": h, "probs": e / e.sum(axis=-1, keepdims=True)}
+
+
+def _close(engine: str) -> dict[str, float]:
+    # The HTP computes in reduced precision (emulated here).
+    return {"rtol": 5e-2, "atol": 5e-2} if engine == "qnn" else {"rtol": 1e-4, "atol": 1e-5}
+
+
+# -- names ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_models_own_names(engine: str, models: dict[str, Path]) -> None:
+    sess = _open(engine, models["renamed"])
+    assert sess.input_names == ["input_0"]
+    assert sess.output_names == ["logits", "probs"]
+    outputs = sess.run({"input_0": _x()})
+    assert list(outputs) == ["logits", "probs"]
+    for name, want in _expected(_x()).items():
+        np.testing.assert_allclose(np.asarray(outputs[name]), want, **_close(engine))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_multi_input_model_runs_by_name(engine: str, models: dict[str, Path]) -> None:
+    sess = _open(engine, models["two_inputs"])
+    a = np.ones((2, 3), np.float32)
+    b = np.full((2, 3), 2.0, np.float32)
+    outputs = sess.run({"b": b, "a": a})  # the feeds' order is not the model's
+    np.testing.assert_allclose(outputs["sum"], a + b, **_close(engine))
+    np.testing.assert_allclose(outputs["prod"], a * b, **_close(engine))
+
+
+# -- feeds ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("engine", ENGINES)
+def test_feed_conversions_and_refusals(engine: str, models: dict[str, Path]) -> None:
+    sess = _open(engine, models["renamed"])
+    x = _x()
+    array_result = sess.run({"input_0": x})
+    # A nested list is an array of the input's element type, as ONNX Runtime takes it.
+    listed = sess.run({"input_0": x.tolist()})
+    for name in array_result:
+        np.testing.assert_allclose(listed[name], array_result[name], rtol=1e-6)
+    with pytest.raises(InputShapeError, match="ragged"):
+        sess.run({"input_0": [[1.0, 2.0, 3.0, 4.0], [1.0]]})
+    with pytest.raises(InputNameError, match="strings"):
+        sess.run({0: x})  # type: ignore[dict-item]
+    with pytest.raises(InputNameError, match="input_0"):
+        sess.run({"input0": x})
+    with pytest.raises(InputDtypeError, match="float32"):
+        sess.run({"input_0": x.astype(np.int32)})
+    with pytest.raises(InputError):
+        sess.run([x])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_output_names(engine: str, models: dict[str, Path]) -> None:
+    """None and [] both mean every output in model order (ONNX Runtime's meaning of [])."""
+    sess = _open(engine, models["renamed"])
+    feeds = {"input_0": _x()}
+    assert list(sess.run(feeds)) == ["logits", "probs"]
+    assert list(sess.run(feeds, [])) == ["logits", "probs"]
+    assert list(sess.run(feeds, ["probs"])) == ["probs"]
+    assert list(sess.run(feeds, ["probs", "logits"])) == ["probs", "logits"]
+    with pytest.raises(InputNameError, match="did you mean 'probs'"):
+        sess.run(feeds, ["prob"])
+    with pytest.raises(InputNameError, match=r"\['probs'\]"):
+        sess.run(feeds, "probs")  # type: ignore[arg-type]
+
+
+# -- bad models and settings ------------------------------------------------------------------
+def _damaged(kind: str, good: Path, folder: Path) -> Path:
+    data = good.read_bytes()
+    content = {
+        "empty": b"",
+        "truncated": data[: len(data) // 2],
+        "zeros": bytes(len(data)),
+        "text": b"this is a text file, not a model\n" * 20,
+        "garbage": bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8)),
+    }[kind]
+    path = folder / f"{kind}.onnx"
+    path.write_bytes(content)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["empty", "truncated", "zeros", "text", "garbage"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_damaged_model_is_an_invalid_model_error(
+    engine: str, kind: str, models: dict[str, Path], tmp_path: Path
+) -> None:
+    bad = _damaged(kind, models["renamed"], tmp_path)
+    before = bad.read_bytes()
+    with pytest.raises(InvalidModelError) as caught:
+        _open(engine, bad)
+    assert str(bad) in str(caught.value)
+    assert bad.read_bytes() == before  # never overwritten
+
+
+@pytest.mark.parametrize("value", [2**31, 100_000])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_num_threads_outside_the_engines_range(
+    engine: str, value: int, models: dict[str, Path]
+) -> None:
+    """Valid as a policy (>= 1), beyond what engines take: refused before any engine starts
+    (ONNX Runtime overflows int32 at 2**31 and spends minutes starting 100000 threads)."""
+    with pytest.raises(PolicyValidationError, match=r"num_threads.*outside the range .*\(1 to \d+"):
+        _open(engine, models["renamed"], num_threads=value)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_num_threads_inside_the_range_runs(engine: str, models: dict[str, Path]) -> None:
+    sess = _open(engine, models["renamed"], num_threads=2)
+    assert sess.run({"input_0": _x()})["logits"].shape == (2, 3)
+
+
+# -- closed sessions, failed runs ---------------------------------------------------------------
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_closed_session_refuses_to_run(engine: str, models: dict[str, Path]) -> None:
+    sess = _open(engine, models["renamed"])
+    sess.run({"input_0": _x()})
+    sess.close()
+    sess.close()  # twice is fine
+    with pytest.raises(SessionClosedError):
+        sess.run({"input_0": _x()})
+    with pytest.raises(SessionClosedError):
+        sess.engine_session.run({"input_0": _x()})
+    assert len(sess.record().runs) == 1  # the record stays readable
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_failed_run_leaves_every_working_shape_working(
+    engine: str, models: dict[str, Path]
+) -> None:
+    _dynamic(engine)
+    sess = _open(engine, models["renamed"])
+    good = {batch: sess.run({"input_0": _x(batch)}) for batch in (1, 3)}
+    with pytest.raises(InputShapeError):
+        sess.run({"input_0": np.ones((2, 5), np.float32)})  # a fixed dimension is wrong
+    # Batch 0: an engine may run it or refuse it with a typed error, never break on it.
+    with contextlib.suppress(XpuRuntimeError):
+        sess.run({"input_0": np.ones((0, 4), np.float32)})
+    for batch, before in good.items():
+        after = sess.run({"input_0": _x(batch)})
+        for name in before:
+            np.testing.assert_allclose(after[name], before[name], rtol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def allocating(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ConstantOfShape of a runtime shape: asking for 2**42 floats (16 TiB) makes the
+    engine's allocator fail, a real out-of-memory report."""
+    value = helper.make_tensor("value", TensorProto.FLOAT, [1], [1.0])
+    graph = helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["shape"], ["y"], value=value)],
+        "allocating",
+        [helper.make_tensor_value_info("shape", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["size"])],
+    )
+    return _save(graph, tmp_path_factory.mktemp("alloc") / "allocating.onnx")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_out_of_memory_run_is_named_as_such(engine: str, allocating: Path) -> None:
+    _dynamic(engine)
+    if engine == "tensorrt":
+        pytest.skip("TensorRT fixes output sizes at build time")
+    sess = _open(engine, allocating)
+    assert sess.run({"shape": np.array([4], np.int64)})["y"].shape == (4,)
+    failure: XpuRuntimeError | None = None
+    try:
+        sess.run({"shape": np.array([2**42], np.int64)})
+    except XpuRuntimeError as exc:  # anything else fails the test as it is
+        failure = exc
+    if isinstance(failure, EngineMemoryError):
+        assert "ran out of memory" in str(failure)
+        assert "Try smaller inputs" in str(failure)
+    elif failure is not None:  # refused otherwise: then the engine's report is no memory failure
+        assert not is_memory_failure(failure.__cause__ or failure), failure
+    # (An engine may also run it: OpenVINO does, without touching the pages.)
+    assert sess.run({"shape": np.array([4], np.int64)})["y"].shape == (4,)
+
+
+# -- records under concurrency -----------------------------------------------------------------
+@pytest.mark.parametrize("engine", ENGINES)
+def test_records_are_readable_while_runs_are_in_flight(
+    engine: str, models: dict[str, Path]
+) -> None:
+    """Reader threads call record()/explain() while runner threads run: no exception, and
+    every snapshot is consistent (its runs numbered in order)."""
+    sess = _open(engine, models["renamed"])
+    feeds = {"input_0": _x()}
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    runs_per_runner = 150 if engine != "qnn" else 20
+
+    def runner() -> None:
+        try:
+            for _ in range(runs_per_runner):
+                sess.run(feeds)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                record = sess.record()
+                indices = [r.index for r in record.runs]
+                assert indices == sorted(indices)
+                sess.explain()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    runners = [threading.Thread(target=runner) for _ in range(2)]
+    readers = [threading.Thread(target=reader) for _ in range(2)]
+    for thread in readers + runners:
+        thread.start()
+    for thread in runners:
+        thread.join(timeout=120)
+    stop.set()
+    for thread in readers:
+        thread.join(timeout=30)
+    assert not errors, errors
+    assert len(sess.record().runs) == 2 * runs_per_runner
+
+
+# -- precision ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def dynamic_int8(tmp_path_factory: pytest.TempPathFactory, models: dict[str, Path]) -> Path:
+    """The model quantized by ONNX Runtime's own dynamic quantization (int8 weights)."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    target = tmp_path_factory.mktemp("int8") / "dynamic_int8.onnx"
+    quantization.quantize_dynamic(str(models["renamed"]), str(target))
+    return target
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_precision_not_set_is_the_models_stored_precision(
+    engine: str, dynamic_int8: Path, models: dict[str, Path]
+) -> None:
+    """No precision asked: the record says what the model stores, on every engine, without
+    a fallback (a dynamically quantized model is int8 here, not "requested fp32")."""
+    for model, stored in ((models["renamed"], "fp32"), (dynamic_int8, "int8")):
+        sess = _open(engine, model)
+        record = sess.record()
+        assert record.precision is not None
+        assert (record.precision.requested, record.precision.chosen) == (None, stored), model
+        assert not [f for f in record.fallbacks if f.what == "precision"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_asked_precision_is_recorded_as_asked(engine: str, models: dict[str, Path]) -> None:
+    sess = _open(engine, models["renamed"], precision="fp32")
+    record = sess.record()
+    assert record.precision is not None
+    assert record.precision.requested == "fp32"
+    assert record.policy_sources["execution.precision"] == "argument"
