@@ -14,6 +14,8 @@ calls) and the median over 9 rounds is kept. Implementations:
 - ``fp8``: the fp8 kernel on inputs quantized beforehand (what an fp8 KV cache feeds it);
 - ``fp8+q``: quantization of the bf16 inputs plus the fp8 kernel (``ops.attention`` under
   ``KernelPolicy(attention="xrt_flash_fp8")`` runs exactly these launches);
+- ``e4m3``: the fp8 kernel on e4m3 query, key and value with one descale factor each
+  (``fp8.from_fp8``, FlashAttention-3's inputs): the kernel alone, nothing quantized inside;
 - with ``--sweep``, ``fp8[i]``: every fp8 tile candidate i, to order the candidates.
 
 TFLOP/s use FlashAttention's count (4·B·H·S²·D, halved when causal). Errors (seqlen <= 4096,
@@ -96,11 +98,13 @@ def case(dim: int, seqlen: int, causal: bool, sweep: bool, rounds: int) -> dict[
         for _ in range(3)
     )
     qz = fp8.quantize(q, k, v, layout="bhsd")
+    e4m3 = _per_tensor_e4m3(q, k, v)
     impls: dict[str, Callable[[], Any]] = {
         "cudnn": lambda: _sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal),
         "flash": lambda: _sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal),
         "xrt": lambda: launch.forward(q, k, v, causal=causal, scale=None, layout="bhsd")[0],
         "fp8": lambda: fp8.forward(qz, causal=causal, scale=None, layout="bhsd")[0],
+        "e4m3": lambda: fp8.forward(e4m3, causal=causal, scale=None, layout="bhsd")[0],
         "quant": lambda: fp8.quantize(q, k, v, layout="bhsd"),
         "fp8+q": lambda: fp8.forward(
             fp8.quantize(q, k, v, layout="bhsd"), causal=causal, scale=None, layout="bhsd"
@@ -139,10 +143,24 @@ def case(dim: int, seqlen: int, causal: bool, sweep: bool, rounds: int) -> dict[
             "flash": _sdpa(SDPBackend.FLASH_ATTENTION, *first, causal),
             "xrt": launch.forward(*first, causal=causal, scale=None, layout="bhsd")[0],
             "fp8": ops.attention(*first, causal=causal, layout="bhsd", policy=FP8_POLICY),
+            "e4m3": fp8.forward(_per_tensor_e4m3(*first), causal=causal, scale=None, layout="bhsd")[
+                0
+            ],
             "bf16_rounded_reference": ref.to(torch.bfloat16),
         }
         row["errors"] = {name: _errors(out, ref) for name, out in outs.items()}
     return row
+
+
+def _per_tensor_e4m3(q: Any, k: Any, v: Any) -> fp8.Quantized:
+    """e4m3 copies of q, k, v with one descale factor each (FlashAttention-3's inputs)."""
+    quantized, descales = [], []
+    for x in (q, k, v):
+        d = (x.float().abs().amax() / 448).reshape(1)
+        quantized.append((x.float() / d).to(fp8.FP8))
+        descales.append(d)
+    q8, k8, v8 = quantized
+    return fp8.from_fp8(q8, k8, v8, (descales[0], descales[1], descales[2]), layout="bhsd")
 
 
 def fp8_inputs_check() -> dict[str, Any]:
@@ -162,19 +180,20 @@ def fp8_inputs_check() -> dict[str, Any]:
 
 
 def quant_breakdown() -> dict[str, Any]:
-    """Milliseconds of each quantization step (query rows, value channel maxima, transposed
-    value) at two shapes of 33.5M elements per tensor, beside a device-to-device copy of one
-    bf16 tensor (the bandwidth yardstick)."""
-    from xpuruntime.kernels.attention.fp8 import _quantize_rows, _value_scale
+    """Milliseconds of each quantization step (the key with the value's channel maxima, then
+    the whole of ``fp8.quantize``) at two shapes of 33.5M elements per tensor, beside a
+    device-to-device copy of one bf16 tensor (the bandwidth yardstick)."""
+    from xpuruntime.kernels.attention.fp8 import _quantize_key
+    from xpuruntime.kernels.attention.launch import _geometry
 
     rows = {}
     for batch, heads, seqlen, dim in ((16, 32, 1024, 64), (1, 16, 16384, 128)):
         x = torch.randn(batch, heads, seqlen, dim, device="cuda", dtype=torch.bfloat16)
         copy = torch.empty_like(x)
+        g = _geometry(x, x, "bhsd", None)
         steps: dict[str, Callable[[], Any]] = {
             "copy": lambda: copy.copy_(x),  # noqa: B023
-            "rows": lambda: _quantize_rows(x, "bhsd", None, seqlen, heads, batch, 128),  # noqa: B023
-            "v_scale": lambda: _value_scale(x, "bhsd"),  # noqa: B023
+            "key+value_max": lambda: _quantize_key(x, x, "bhsd", None, g, 128),  # noqa: B023
             "quantize": lambda: fp8.quantize(x, x, x, layout="bhsd"),  # noqa: B023
         }
         rows[f"B{batch} H{heads} S{seqlen} D{dim}"] = _interleaved(steps, 9)
@@ -262,7 +281,7 @@ def main() -> None:
     rows = []
     header = (
         f"{'hd':>3} {'S':>6} {'causal':>6} | {'cuDNN':>6} {'FA-2':>6} {'xrt':>6} {'fp8':>6} "
-        f"{'fp8+q':>6} | fp8/xrt fp8+q/xrt fp8/cuDNN | rel err fp8 / xrt / cuDNN"
+        f"{'fp8+q':>6} {'e4m3':>6} | fp8/xrt fp8+q/xrt e4m3/xrt fp8/cuDNN | rel err fp8 / e4m3 / xrt / cuDNN"
     )
     print(torch.cuda.get_device_name(), torch.__version__, file=sys.stderr)
     print(header)
@@ -274,14 +293,15 @@ def main() -> None:
                 t, ms = row["tflops"], row["ms"]
                 err = row.get("errors", {})
                 errs = " / ".join(
-                    f"{err[n]['rel_fro']:.2e}" if n in err else "-" for n in ("fp8", "xrt", "cudnn")
+                    f"{err[n]['rel_fro']:.2e}" if n in err else "-"
+                    for n in ("fp8", "e4m3", "xrt", "cudnn")
                 )
                 sweep = " ".join(f"{n}={t[n]:.0f}" for n in t if n.startswith("fp8["))
                 print(
                     f"{dim:>3} {seqlen:>6} {causal!s:>6} | {t['cudnn']:6.0f} {t['flash']:6.0f} "
-                    f"{t['xrt']:6.0f} {t['fp8']:6.0f} {t['fp8+q']:6.0f} | "
+                    f"{t['xrt']:6.0f} {t['fp8']:6.0f} {t['fp8+q']:6.0f} {t['e4m3']:6.0f} | "
                     f"{ms['xrt'] / ms['fp8']:7.2f} {ms['xrt'] / ms['fp8+q']:9.2f} "
-                    f"{ms['cudnn'] / ms['fp8']:9.2f} | {errs} {sweep}",
+                    f"{ms['xrt'] / ms['e4m3']:8.2f} {ms['cudnn'] / ms['fp8']:9.2f} | {errs} {sweep}",
                     flush=True,
                 )
     result = {

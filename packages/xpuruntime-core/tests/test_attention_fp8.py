@@ -130,13 +130,19 @@ def _relative(actual: Any, expected: Any) -> float:
     return float((actual.float() - expected).norm() / expected.norm())
 
 
-def _dequantized(qz: Any, seq: int) -> tuple[Any, Any, Any]:
-    """The real-valued tensors the fp8 kernel sees: x8 · scale, (batch, heads, seq, dim)."""
-    rows = qz.block
-    q = qz.q.float() * qz.q_scale.repeat_interleave(rows, 2)[:, :, :seq, None]
-    k = qz.k.float() * qz.k_scale.repeat_interleave(rows, 2)[:, :, :seq, None]
+def _dequantized(qz: Any, q: Any, seq: int) -> tuple[Any, Any, Any]:
+    """The real-valued tensors the fp8 kernel sees, (batch, heads, seq, dim): x8 · scale, and
+    the query quantized as the kernel does, one scale per row."""
+    import torch
+
+    from xpuruntime.kernels.attention import fp8
+
+    amax = q.float().abs().amax(dim=3, keepdim=True)
+    q_scale = torch.where(amax > 0, amax / 448, 1.0)
+    q_real = (q.float() * (1.0 / q_scale)).to(fp8.FP8).float() * q_scale
+    k = qz.k.float() * qz.k_scale.repeat_interleave(qz.block, 2)[:, :, :seq, None]
     v = qz.vt.float().transpose(2, 3) * qz.v_scale[:, :, None, :]
-    return q, k, v
+    return q_real, k, v
 
 
 @needs_interpreter
@@ -149,11 +155,11 @@ def test_fp8_forward_matches_the_reference_of_its_quantized_inputs(
     from xpuruntime.kernels.attention import fp8
 
     q, k, v = _inputs(2, 4, kv_heads, 70, 64, torch.bfloat16)
-    qz = fp8.quantize(q, k, v, layout="bhsd", block=32)  # 70 rows: three scale blocks
+    qz = fp8.quantize(q, k, v, layout="bhsd", block=32)  # 70 rows: three key scale blocks
     out, lse, detail = fp8.forward(qz, causal=causal, scale=None, layout="bhsd")
     assert out.dtype == torch.bfloat16
-    assert "fp8 e4m3 forward" in detail
-    exact_out, exact_lse = _reference(*_dequantized(qz, 70), causal)
+    assert "fp8 e4m3 forward (scales: query per row, key per 32 rows" in detail
+    exact_out, exact_lse = _reference(*_dequantized(qz, q, 70), causal)
     # What remains is the probabilities' e4m3 rounding (3 mantissa bits) and bf16 output.
     assert _relative(out, exact_out) < 0.03
     assert (lse - exact_lse).abs().max().item() < 1e-3
@@ -228,8 +234,9 @@ def test_e4m3_inputs_with_descale_factors() -> None:
     q8, k8, v8 = ((x / d).to(fp8.FP8) for x, d in zip((q, k, v), descale, strict=True))
     per_head = descale[1].expand(2, 2).contiguous()  # one factor per (batch, kv head)
     qz = fp8.from_fp8(q8, k8, v8, (descale[0], per_head, descale[2]), layout="bhsd")
-    out, _, _ = fp8.forward(qz, causal=False, scale=None, layout="bhsd")
+    out, _, detail = fp8.forward(qz, causal=False, scale=None, layout="bhsd")
     assert out.dtype == torch.bfloat16
+    assert "e4m3 inputs, descale per (batch, key/value head)" in detail
     qr, kr, vr = (x8.float() * d for x8, d in zip((q8, k8, v8), descale, strict=True))
     assert _relative(out, _reference(qr, kr, vr, False)[0]) < 0.03
     with pytest.raises(InvalidArgumentError, match=r"one per \(batch, key/value head\)"):

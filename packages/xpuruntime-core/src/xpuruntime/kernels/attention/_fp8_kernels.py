@@ -5,10 +5,12 @@ SASS; Ada's fp8 mma): twice the tensor-core rate of bfloat16 and half the bytes 
 
 Scales (float32, one multiply each, never per element of a GEMM operand):
 
-- query and key: one scale per block of ``SCALE_BLOCK`` rows of one head (per-block), so an
-  outlier token only coarsens its own block. They fold into the score scale of each key
-  block: ``s = (q8 @ k8ᵀ) · q_scale · k_scale · softmax_scale``.
-- value: one scale per head channel (per key/value head, over the sequence), applied to the
+- key: one scale per ``SCALE_BLOCK`` rows of one head (per-block), so an outlier token only
+  coarsens its own block. Query: a float16/bfloat16 query (``QUANT_Q``) gets one scale per
+  row, quantized in the kernel right after its one load; an e4m3 query brings its scale per
+  ``SCALE_BLOCK`` rows. Both fold into the score scale of each query row and key block:
+  ``s = (q8 @ k8ᵀ) · q_scale · k_scale · softmax_scale``.
+- value: one scale per head channel (per sequence and key/value head), applied to the
   output at the end.
 - probabilities: ``p = exp2(s - m + 8)`` lies in ``[0, 256]`` (e4m3's largest finite value
   is 448), which keeps probabilities down to 2**-17 representable instead of flushing those
@@ -32,25 +34,33 @@ P_SHIFT: tl.constexpr = tl.constexpr(8.0)
 
 @triton.jit
 def _xrt_attn_quant_rows(
-    X, Y, SCALE, CU,
+    X, Y, SCALE, V, VMAX, CU,
     stride_xb, stride_xs, stride_xh,
     stride_yb, stride_ys, stride_yh,
     stride_sb, stride_sh,
+    stride_vb, stride_vs, stride_vh,
+    stride_mb, stride_mh, stride_mk,
     seqlen, num_heads,
     HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, VARLEN: tl.constexpr,
+    VALUE_MAX: tl.constexpr,
 ):  # fmt: skip
-    """e4m3 copy of ``BLOCK`` rows of one head and their scale (max |x| / 448)."""
+    """e4m3 copy of ``BLOCK`` rows of one head and their scale (max |x| / 448); with
+    ``VALUE_MAX`` also the value's per-channel max |v| over the same rows, one row of
+    ``VMAX`` per block (the host reduces the blocks: no contended atomics), so the key and
+    the value are read in one pass."""
     pid = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // num_heads
     h = bh % num_heads
     x_off = b.to(tl.int64) * stride_xb + h.to(tl.int64) * stride_xh
     y_off = b.to(tl.int64) * stride_yb + h.to(tl.int64) * stride_yh
+    v_off = b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
     if VARLEN:
         start = tl.load(CU + b)
         seqlen = tl.load(CU + b + 1) - start
         x_off += start.to(tl.int64) * stride_xs
         y_off += start.to(tl.int64) * stride_ys
+        v_off += start.to(tl.int64) * stride_vs
     if pid * BLOCK >= seqlen:
         return
     rows = pid * BLOCK + tl.arange(0, BLOCK)
@@ -63,6 +73,11 @@ def _xrt_attn_quant_rows(
     y = (x * (1.0 / scale)).to(Y.dtype.element_ty)
     tl.store(Y + y_off + rows[:, None] * stride_ys + offs_d[None, :], y, mask=keep)
     tl.store(SCALE + b.to(tl.int64) * stride_sb + h * stride_sh + pid, scale)
+    if VALUE_MAX:
+        v = tl.load(V + v_off + rows[:, None] * stride_vs + offs_d[None, :], mask=keep, other=0.0)
+        channel_max = tl.max(tl.abs(v.to(tl.float32)), 0)
+        m_off = b.to(tl.int64) * stride_mb + h * stride_mh + pid * stride_mk
+        tl.store(VMAX + m_off + offs_d, channel_max)
 
 
 @triton.jit
@@ -110,20 +125,21 @@ def _fp8_blocks(
         k_ptrs = k_base + cols[:, None] * stride_ks + offs_d[None, :]
         vt_ptrs = vt_base + offs_d[:, None] * stride_td + cols[None, :]
         k = tl.load(k_ptrs, mask=cols[:, None] < seqlen_k, other=0.0) if MASKED else tl.load(k_ptrs)
+        # per query row: softmax scale · log2(e) · query scale · this key block's scale
         s = qk_scale * tl.load(ks_base + (start_n // SCALE_BLOCK) * stride_kss)
         qk = tl.dot(q, tl.trans(k))
         if MASKED:
             keep = cols[None, :] < seqlen_k
             if CAUSAL:
                 keep = keep & (offs_m[:, None] >= cols[None, :])
-            qk = tl.where(keep, qk * s, float("-inf"))
+            qk = tl.where(keep, qk * s[:, None], float("-inf"))
             m_ij = tl.maximum(m_i, tl.max(qk, 1))
             # A row with no visible key so far keeps m = -inf; subtract 0 instead (no NaN).
             m_ij = tl.where(m_ij == float("-inf"), 0.0, m_ij)
             qk = qk - (m_ij - P_SHIFT)[:, None]
         else:
             m_ij = tl.maximum(m_i, tl.max(qk, 1) * s)
-            qk = qk * s - (m_ij - P_SHIFT)[:, None]
+            qk = qk * s[:, None] - (m_ij - P_SHIFT)[:, None]
         p = tl.math.exp2(qk)
         alpha = tl.math.exp2(m_i - m_ij)
         l_i = l_i * alpha + tl.sum(p, 1)
@@ -151,6 +167,7 @@ def _xrt_attn_fwd_fp8(
     seqlen_q, seqlen_k, num_heads, group, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     SCALE_BLOCK: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr,
+    QUANT_Q: tl.constexpr,
 ):  # fmt: skip
     tl.static_assert(SCALE_BLOCK % BLOCK_M == 0)  # one query scale per program
     tl.static_assert(SCALE_BLOCK % BLOCK_N == 0)  # one key scale per key block
@@ -184,9 +201,21 @@ def _xrt_attn_fwd_fp8(
     offs_d = tl.arange(0, HEAD_DIM)
     q_ptrs = Q + q_off + offs_m[:, None] * stride_qs + offs_d[None, :]
     q = tl.load(q_ptrs, mask=offs_m[:, None] < seqlen_q, other=0.0)
-    q_scale = tl.load(
-        QS + b.to(tl.int64) * stride_qsb + h * stride_qsh + (start_m // SCALE_BLOCK) * stride_qss
-    )
+    if QUANT_Q:
+        # float16/bfloat16 query: quantized here, one scale per row (each program reads its
+        # query tile once, so this costs no pass over the query; a row's maximum needs no
+        # barrier, and a per-row scale costs the key loop nothing, folded into ``s`` there).
+        qf = q.to(tl.float32)
+        q_amax = tl.max(tl.abs(qf), 1)
+        q_scale = tl.where(q_amax > 0.0, q_amax / FP8_MAX, 1.0)
+        q = (qf * (1.0 / q_scale)[:, None]).to(VT.dtype.element_ty)
+    else:
+        q_scale = tl.zeros([BLOCK_M], tl.float32) + tl.load(
+            QS
+            + b.to(tl.int64) * stride_qsb
+            + h * stride_qsh
+            + (start_m // SCALE_BLOCK) * stride_qss
+        )
     ks_base = KS + b.to(tl.int64) * stride_ksb + kvh * stride_ksh
     qk_scale = qk_scale * q_scale
 

@@ -3,9 +3,10 @@
 Two ways in:
 
 - float16/bfloat16 inputs (the policy precision ``fp8`` for inference): :func:`quantize`
-  writes e4m3 copies with per-block query/key scales and per-channel value scales (the value
-  transposed, as fp8 wgmma needs), then :func:`forward` runs on them; the output keeps the
-  inputs' dtype.
+  writes e4m3 copies of the key (per-block scales) and the value (per-channel scales,
+  transposed, as fp8 wgmma needs) in two launches that read each once more; the query is
+  quantized inside the attention kernel, one scale per row. :func:`forward` then runs on them; the
+  output keeps the inputs' dtype.
 - e4m3 inputs (``torch.float8_e4m3fn``) with descale factors, FlashAttention-3's convention,
   through :func:`from_fp8` at this module's level (the native dispatcher has no float8
   dtype yet, so ``xpuruntime.ops.attention`` does not take them): ``descale = (q_descale,
@@ -57,23 +58,27 @@ FP8 = torch.float8_e4m3fn
 
 @dataclass(frozen=True)
 class Quantized:
-    """e4m3 query, key and transposed value with their float32 scales (real = x8 · scale).
+    """e4m3 key and transposed value with their float32 scales (real = x8 · scale), and the
+    query: e4m3 with ``q_scale``, or float16/bfloat16 with ``q_scale`` None (then the
+    attention kernel quantizes the query itself, one scale per row).
 
     ``q``/``k`` keep the inputs' layout; ``vt`` is ``(batch, kv_heads, head_dim, seq)``, or
     ``(kv_heads, head_dim, total)`` packed. ``q_scale``/``k_scale`` are indexed
-    (batch, head, row block of ``FP8_SCALE_BLOCK``), ``v_scale`` (batch, kv head, channel);
-    any of them may broadcast (zero strides).
+    (batch, head, row block of ``block``), ``v_scale`` (batch, kv head, channel); any of them
+    may broadcast (zero strides).
     """
 
     q: torch.Tensor
     k: torch.Tensor
     vt: torch.Tensor
-    q_scale: torch.Tensor
+    q_scale: torch.Tensor | None
     k_scale: torch.Tensor
     v_scale: torch.Tensor
     out_dtype: torch.dtype
-    #: Rows per query/key scale (the attention tiles must divide it).
+    #: Rows per key (and given query) scale; the attention tiles must divide it.
     block: int = FP8_SCALE_BLOCK
+    #: How the scales were drawn, for the decision detail and the execution record.
+    scaling: str = ""
 
 
 @functools.cache
@@ -112,47 +117,44 @@ def _vt_strides(vt: torch.Tensor, packed: bool) -> tuple[int, int, int]:
     return vt.stride(0), vt.stride(1), vt.stride(2)
 
 
-def _quantize_rows(
-    x: torch.Tensor,
+def _quantize_key(
+    k: torch.Tensor,
+    v: torch.Tensor,
     layout: Layout,
     cu_seqlens: torch.Tensor | None,
-    seqlen: int,
-    heads: int,
-    batch: int,
+    g: _Geometry,
     block: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    y = torch.empty(x.shape, dtype=FP8, device=x.device)
-    blocks = max(_cdiv(seqlen, block), 1)
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(e4m3 key, its per-block scales, the value's per-channel scales): one launch that
+    reads the key and the value once each."""
+    k8 = torch.empty(k.shape, dtype=FP8, device=k.device)
+    blocks = max(_cdiv(g.seqlen_k, block), 1)
     # Blocks past a shorter packed sequence's end keep scale 1 (never read).
-    scale = torch.ones((batch, heads, blocks), dtype=torch.float32, device=x.device)
-    sx, sy = _strides(x, layout), _strides(y, layout)
-    if batch * heads and seqlen:
+    k_scale = torch.ones((g.batch, g.kv_heads, blocks), dtype=torch.float32, device=k.device)
+    # Per-block channel maxima of the value (blocks past a shorter sequence's end stay 0).
+    v_max = torch.zeros(
+        (g.batch, g.kv_heads, blocks, g.head_dim), dtype=torch.float32, device=k.device
+    )
+    sk, s8, sv = _strides(k, layout), _strides(k8, layout), _strides(v, layout)
+    if g.batch * g.kv_heads and g.seqlen_k:
         _launch(
-            _fp8_kernels._xrt_attn_quant_rows, (blocks, batch * heads),
-            _quant_tiles(block, x.shape[-1]), x.device,
-            x, y, scale, x if cu_seqlens is None else cu_seqlens,
-            sx.batch, sx.seq, sx.head, sy.batch, sy.seq, sy.head,
-            scale.stride(0), scale.stride(1), seqlen, heads,
-            HEAD_DIM=x.shape[-1], BLOCK=block, VARLEN=cu_seqlens is not None,
+            _fp8_kernels._xrt_attn_quant_rows, (blocks, g.batch * g.kv_heads),
+            _quant_tiles(block, g.head_dim), k.device,
+            k, k8, k_scale, v, v_max, k if cu_seqlens is None else cu_seqlens,
+            sk.batch, sk.seq, sk.head, s8.batch, s8.seq, s8.head,
+            k_scale.stride(0), k_scale.stride(1), sv.batch, sv.seq, sv.head,
+            v_max.stride(0), v_max.stride(1), v_max.stride(2), g.seqlen_k, g.kv_heads,
+            HEAD_DIM=g.head_dim, BLOCK=block, VARLEN=cu_seqlens is not None, VALUE_MAX=True,
         )  # fmt: skip
-    return y, scale
+    # A channel that is zero everywhere keeps scale 1.
+    channel_max = v_max.amax(dim=2)
+    v_scale = torch.where(channel_max > 0, channel_max / torch.finfo(FP8).max, 1.0)
+    return k8, k_scale, v_scale
 
 
 def _quant_tiles(block: int, head_dim: int) -> TileConfig:
     # One program per block of rows: more warps for larger tiles keep registers bounded.
     return TileConfig(block, 0, 8 if block * head_dim > 8192 else 4, 1)
-
-
-def _value_scale(v: torch.Tensor, layout: Layout) -> torch.Tensor:
-    """(batch, kv_heads, head_dim) channel scales of the value: max |v| over the sequence
-    (over all packed tokens for ``thd``, broadcast to every sequence) / 448."""
-    if layout == "thd":
-        amax = torch.linalg.vector_norm(v, math.inf, dim=0, dtype=torch.float32)[None]
-    else:
-        amax = torch.linalg.vector_norm(
-            v, math.inf, dim=1 if layout == "bshd" else 2, dtype=torch.float32
-        )
-    return torch.where(amax > 0, amax / torch.finfo(FP8).max, 1.0)
 
 
 def quantize(
@@ -165,17 +167,15 @@ def quantize(
     stream: int | None = None,
     block: int = FP8_SCALE_BLOCK,
 ) -> Quantized:
-    """e4m3 copies of float16/bfloat16 ``q``, ``k``, ``v`` with per-block query/key scales
-    (``block`` rows of one head) and per-channel value scales."""
+    """e4m3 copies of float16/bfloat16 ``k`` (per-block scales of ``block`` rows of one head)
+    and ``v`` (per-channel scales, transposed); ``q`` stays as it is, for the attention kernel
+    to quantize per tile."""
     _interpreted()  # applies the interpreter's float8 fix before a CPU run
     q, k, v = (_inner_contiguous(x) for x in (q, k, v))
     g = _geometry(q, k, layout, varlen)
-    cu_q = None if varlen is None else varlen.cu_seqlens_q
     cu_k = None if varlen is None else varlen.cu_seqlens_k
     with _on_device(q.device, stream):
-        q8, q_scale = _quantize_rows(q, layout, cu_q, g.seqlen_q, g.heads, g.batch, block)
-        k8, k_scale = _quantize_rows(k, layout, cu_k, g.seqlen_k, g.kv_heads, g.batch, block)
-        v_scale = _value_scale(v, layout)
+        k8, k_scale, v_scale = _quantize_key(k, v, layout, cu_k, g, block)
         if layout == "thd":
             vt = torch.empty((g.kv_heads, g.head_dim, v.shape[0]), dtype=FP8, device=v.device)
         else:
@@ -189,12 +189,12 @@ def quantize(
                 (_cdiv(g.seqlen_k, block), g.batch * g.kv_heads),
                 _quant_tiles(block, g.head_dim), v.device,
                 v, vt, v_scale, v if cu_k is None else cu_k, sv.batch, sv.seq, sv.head,
-                *_vt_strides(vt, layout == "thd"),
-                0 if layout == "thd" else v_scale.stride(0), v_scale.stride(1),
+                *_vt_strides(vt, layout == "thd"), v_scale.stride(0), v_scale.stride(1),
                 g.seqlen_k, g.kv_heads,
                 HEAD_DIM=g.head_dim, BLOCK=block, VARLEN=varlen is not None,
             )  # fmt: skip
-    return Quantized(q8, k8, vt, q_scale, k_scale, v_scale, q.dtype, block)
+    scaling = f"scales: query per row, key per {block} rows, value per channel"
+    return Quantized(q, k8, vt, None, k_scale, v_scale, q.dtype, block, scaling)
 
 
 def _descale(
@@ -248,7 +248,10 @@ def from_fp8(
         vt = v.permute(1, 2, 0).contiguous()
     else:
         vt = (v.permute(0, 2, 3, 1) if layout == "bshd" else v.transpose(2, 3)).contiguous()
-    return Quantized(q, k, vt, q_scale, k_scale, v_scale, torch.bfloat16)
+    scaling = "e4m3 inputs, descale per " + (
+        "tensor" if all(d.numel() == 1 for d in descale) else "(batch, key/value head)"
+    )
+    return Quantized(q, k, vt, q_scale, k_scale, v_scale, torch.bfloat16, scaling=scaling)
 
 
 def _scale_strides(x: torch.Tensor) -> tuple[int, int, int]:
@@ -268,6 +271,7 @@ def forward(
 ) -> tuple[torch.Tensor, torch.Tensor, str]:
     """(output, log-sum-exp, detail) of attention on quantized inputs; as
     :func:`launch.forward`, the output in ``qz.out_dtype``."""
+    _interpreted()  # applies the interpreter's float8 fix before a CPU run
     q, k, vt = qz.q, qz.k, qz.vt
     g: _Geometry = _geometry(q, k, layout, varlen)
     scale = 1.0 / math.sqrt(g.head_dim) if scale is None else float(scale)
@@ -291,14 +295,17 @@ def forward(
         grid = (_cdiv(g.seqlen_q, t.block_m), g.batch * g.heads)
         _launch(
             _fp8_kernels._xrt_attn_fwd_fp8, grid, t, q.device,
-            q, k, vt, qz.q_scale, qz.k_scale, vs, out, lse, cu_q, cu_k,
+            q, k, vt, q if qz.q_scale is None else qz.q_scale, qz.k_scale, vs, out, lse,
+            cu_q, cu_k,
             sq.batch, sq.seq, sq.head, sk.batch, sk.seq, sk.head,
             *_vt_strides(vt, layout == "thd"), so.batch, so.seq, so.head, *lse_strides,
-            *_scale_strides(qz.q_scale), *_scale_strides(qz.k_scale),
-            0 if vs.shape[0] == 1 else vs.stride(0), vs.stride(1), vs.stride(2),
+            *(_scale_strides(qz.q_scale) if qz.q_scale is not None else (0, 0, 0)),
+            *_scale_strides(qz.k_scale),
+            vs.stride(0), vs.stride(1), vs.stride(2),
             g.seqlen_q, g.seqlen_k, g.heads, g.heads // g.kv_heads, scale * _LOG2E,
             HEAD_DIM=g.head_dim, BLOCK_M=t.block_m, BLOCK_N=t.block_n,
             SCALE_BLOCK=qz.block, CAUSAL=causal, VARLEN=varlen is not None,
+            QUANT_Q=qz.q_scale is None,
         )  # fmt: skip
 
     with _on_device(q.device, stream):
@@ -328,4 +335,4 @@ def forward(
                 _length_bucket(g.seqlen_q, g.seqlen_k),
             )
             detail = _run_tiled(key, options, launch, q.device)
-    return out, lse, "triton fp8 e4m3 forward " + detail
+    return out, lse, f"triton fp8 e4m3 forward ({qz.scaling}) {detail}"
