@@ -116,7 +116,13 @@ times_option = click.option(
     type=click.Path(file_okay=False),
     help="Only write the node-data files into this folder (no Model Explorer).",
 )
-@click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--port",
+    default=8080,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="Model Explorer's port on 127.0.0.1.",
+)
 @click.option("--no-browser", is_flag=True, help="Start Model Explorer without opening a browser.")
 def explore(
     model: str,
@@ -181,7 +187,9 @@ def explore(
 
 @main.command()
 @click.argument("source", metavar="MODEL|BUNDLE|RECORD.json", type=MODEL_OR_BUNDLE)
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="The HTML report."
+)
 @session_options
 @compare_option
 @times_option
@@ -280,9 +288,13 @@ def _measure(
 
 @main.command()
 @click.argument("model", type=MODEL_OR_BUNDLE)
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="The Chrome trace."
+)
 @session_options
-@click.option("--runs", default=3, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--runs", default=3, show_default=True, type=click.IntRange(min=1), help="Runs to trace."
+)
 def timeline(model: str, output: str, engine: str, runs: int, **options: Any) -> None:
     """A run's per-node timeline as a Chrome trace (open it in ui.perfetto.dev): the
     engine's own profiler (onnxruntime, openvino), merged with xpuruntime's ranges."""
@@ -308,7 +320,9 @@ def timeline(model: str, output: str, engine: str, runs: int, **options: Any) ->
 
 @main.command("kernel-timeline")
 @click.argument("trace", type=click.Path(exists=True, dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="The Chrome trace."
+)
 def kernel_timeline_command(trace: str, output: str) -> None:
     """A training step's kernels (with the op that launched each) and xpuruntime's ranges
     from TRACE, the Chrome trace xpuruntime.pytorch.profile(export_chrome_trace=...) wrote."""
