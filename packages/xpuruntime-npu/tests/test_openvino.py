@@ -388,3 +388,22 @@ def test_settings_openvino_has_no_switch_for_are_recorded_not_honoured(mlp, reco
 def test_num_threads_beyond_the_engine_s_range_is_a_policy_error(mlp, record):
     with pytest.raises(PolicyError, match="outside the range openvino takes"):
         _session(mlp, record, num_threads=2**31)
+
+
+@pytest.mark.parametrize("forced", ["f32", "i8"])
+def test_a_quantized_ir_model_without_a_precision_records_what_runs(
+    mlp, tmp_path, record, feeds_for, monkeypatch, forced
+):
+    # Precision not set: the model's own (FakeQuantize) int8 is what is asked; the record
+    # says what the runtime graph runs, and a float emulation is a fact, not a fallback.
+    pytest.importorskip("nncf", reason="nncf is not installed: pip install 'xpuruntime-npu[nncf]'")
+    from xpuruntime.npu.engines import openvino_placement
+    from xpuruntime.npu.quantize import quantize_for_openvino
+
+    calibration = [feeds_for(mlp, seed=s) for s in range(32)]
+    quantized = quantize_for_openvino(mlp, calibration, tmp_path / "mlp.int8.xml")
+    monkeypatch.setattr(openvino_placement, "runtime_precision", lambda rt_info: forced)
+    _session(quantized, record, fallback="error")
+    assert record.precision.requested is None
+    assert record.precision.chosen == {"f32": "fp32", "i8": "int8"}[forced]
+    assert record.fallbacks == []

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from xpuruntime.inference.kit import BuildPlan, EngineAdapter, KitEngine, Target
+from xpuruntime.inference.kit.inspect import NATIVE_FORMATS
+from xpuruntime.inference.precision import precision_given
 from xpuruntime.npu import openvino_backend
 from xpuruntime.npu.engines.kernels import kernel_support
 from xpuruntime.npu.engines.openvino_placement import check_int8, record_nodes
@@ -21,7 +23,7 @@ from xpuruntime.npu.engines.openvino_settings import float_precisions, propertie
 from xpuruntime.npu.openvino_devices import OpenVINOTarget, resolve_target, xrt_name
 from xpuruntime.npu.openvino_lock import import_locked, locked_choice, replay_differences
 from xpuruntime.npu.openvino_model import onnx_io, port_names, refusal, refuse_strings
-from xpuruntime.npu.quantized import require_quantized_model
+from xpuruntime.npu.quantized import is_quantized, require_quantized_model
 from xpuruntime.npu.shapes import fixed_input_shapes
 from xpuruntime.runtime.engines import Availability
 
@@ -69,6 +71,11 @@ class OpenVINOAdapter(EngineAdapter):
         return kernel_support(self.name, target.device.split(":", 1)[0].lower())
 
     def configure(self, plan: BuildPlan, decisions: Decisions) -> None:
+        native = plan.model.suffix.lower() in NATIVE_FORMATS  # OpenVINO IR: no ONNX facts
+        if native and not precision_given(decisions) and is_quantized(plan.model):
+            # An IR model carries its own FakeQuantize precision, as a QDQ ONNX model does
+            # (which the kit's rule reads from the graph): int8, verified in read_placement.
+            plan.precision = "int8"
         plan.options["properties"] = properties(
             plan.policy, decisions, _ov(plan.target), plan.precision
         )

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from xpuruntime.inference.placement import PlacedNode, classify, record_placement
+from xpuruntime.inference.precision import precision_given
 from xpuruntime.runtime.record import Choice
 
 if TYPE_CHECKING:
@@ -83,7 +84,8 @@ def check_int8(target: OpenVINOTarget, decisions: Decisions, have_nodes: bool) -
     """int8 holds only if the runtime graph runs some op in i8/u8 (a CPU may emulate a
     FakeQuantize model in f32 instead, which is then a precision fallback)."""
     record = decisions.record
-    requested = record.precision.requested if record.precision else "int8"
+    given = precision_given(decisions)
+    requested = record.precision.requested if record.precision else ("int8" if given else None)
     if not have_nodes:
         record.precision = Choice(
             requested, "int8", f"{target.compile_device} shows no runtime graph to verify it"
@@ -99,5 +101,6 @@ def check_int8(target: OpenVINOTarget, decisions: Decisions, have_nodes: bool) -
         f"{target.compile_device} compiled the quantized model's FakeQuantize/QDQ ops into "
         f"{chosen} kernels: no op runs in i8/u8"
     )
-    decisions.fallback(what="precision", requested="int8", chosen=chosen, reason=reason)
+    if requested is not None:  # asked for: not getting it is a fallback; unasked: a fact
+        decisions.fallback(what="precision", requested="int8", chosen=chosen, reason=reason)
     record.precision = Choice(requested, chosen, reason)
