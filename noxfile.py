@@ -493,6 +493,35 @@ def serve(session: nox.Session) -> None:
     _pytest(session, "packages/xpuruntime-inference/tests/test_serve.py")
 
 
+VISUAL_TESTS = [
+    "packages/xpuruntime-inference/tests/test_visual.py",
+    "packages/xpuruntime-inference/tests/test_visual_report.py",
+    "packages/xpuruntime-inference/tests/test_visual_browser.py",
+]
+
+
+@nox.session(python=PYTHON, default=False)
+def browser(session: nox.Session) -> None:
+    """The HTML report in headless Chromium, and the overlays' node ids against Model
+    Explorer's ONNX adapter: the inference package with its report and explore extras.
+
+    Needs Debian's Chromium (``apt-get install chromium``); no browser is downloaded.
+    """
+    if shutil.which("chromium") is None and shutil.which("chromium-browser") is None:
+        session.error("no chromium on PATH: apt-get install chromium")
+    _install_locked(
+        session,
+        Environment(
+            ("policies", "core", "inference"), "xpuruntime-inference", ("cpu", "report", "explore")
+        ),
+    )
+    _fetch_public_models(session)
+    session.run(
+        "pytest", *VISUAL_TESTS, *session.posargs,
+        env={"XPURUNTIME_PUBLIC_MODELS": str(PUBLIC_MODELS), "XPURUNTIME_BROWSER": "required"},
+    )  # fmt: skip
+
+
 _PRINT_VERSIONS = (
     "import sys, importlib.metadata as m; "
     "print('newest:', ', '.join(f'{p} {m.version(p)}' for p in sys.argv[1:]))"
