@@ -5,17 +5,21 @@ own environment; TensorRT where installed), through ``InferenceSession`` as a us
 the model's own input/output names (on a model raw OpenVINO renames), the same feed
 conversions and refusals, ``output_names`` semantics, typed errors for damaged models, feeds
 and settings, closed sessions, a failed run leaving the session usable, records readable
-while runs are in flight, and precision recorded by the one rule. The cache and
-damaged-file battery is in ``test_engine_faults.py``.
+while runs are in flight, and precision recorded by the one rule. Then the fault
+battery: damaged caches (truncated, bit-flipped, deleted, forged so they verify but do not
+load), unusable cache folders under each fallback mode, a symlinked cache folder, and
+concurrent writers of one entry; expectations come from what each session's record says.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -23,7 +27,9 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from xpuruntime.inference import InferenceSession  # noqa: E402
+from xpuruntime.inference.cache import KEY_FILE, FileDigest, Manifest, file_digest  # noqa: E402
 from xpuruntime.inference.errors import (  # noqa: E402
+    CacheError,
     EngineMemoryError,
     InputDtypeError,
     InputError,
@@ -35,6 +41,8 @@ from xpuruntime.inference.errors import (  # noqa: E402
 from xpuruntime.inference.kit.errors import is_memory_failure  # noqa: E402
 from xpuruntime.policies.errors import PolicyValidationError, XpuRuntimeError  # noqa: E402
 from xpuruntime.runtime.engines import load_engine  # noqa: E402
+from xpuruntime.runtime.errors import FallbackError  # noqa: E402
+from xpuruntime.runtime.record import FallbackWarning  # noqa: E402
 
 #: engine -> (device, whether it takes dynamic shapes)
 _CANDIDATES = {
@@ -395,3 +403,172 @@ def test_an_asked_precision_is_recorded_as_asked(engine: str, models: dict[str, 
     assert record.precision is not None
     assert record.precision.requested == "fp32"
     assert record.policy_sources["execution.precision"] == "argument"
+
+
+# -- the fault battery: caches ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    weight = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3) / 10, "w")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["input_0", "w"], ["h"]),
+            helper.make_node("Relu", ["h"], ["y"]),
+        ],
+        "faults",
+        [helper.make_tensor_value_info("input_0", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        [weight],
+    )
+    return _save(graph, tmp_path_factory.mktemp("faults") / "faults.onnx")
+
+
+def _cached(engine: str, model: Path, cache: Path, **settings: Any) -> tuple[Any, dict[str, Any]]:
+    """A session with ``cache`` as its cache folder, and its cache record (one kind)."""
+    sess = _open(engine, model, cache_dir=str(cache), **settings)
+    found = sess.record().cache
+    kinds = [kind for kind, entry in found.items() if "key" in entry]
+    if not kinds:
+        pytest.skip(f"{engine} keeps no artifact in cache_dir here ({found})")
+    return sess, found[kinds[0]]
+
+
+def _works(sess: Any, reference: dict[str, np.ndarray]) -> None:
+    out = sess.run({"input_0": _x()})
+    for name, want in reference.items():
+        np.testing.assert_allclose(np.asarray(out[name]), want, rtol=5e-2, atol=5e-2)
+
+
+def _payload(entry: Path) -> list[Path]:
+    return sorted(p for p in entry.rglob("*") if p.is_file() and p.name != KEY_FILE)
+
+
+def _reference(engine: str, model: Path) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v) for k, v in _open(engine, model).run({"input_0": _x()}).items()}
+
+
+@pytest.mark.parametrize("damage", ["truncate", "bit_flip", "delete"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_damaged_entry_is_a_miss_that_rebuilds(
+    engine: str, damage: str, model: Path, tmp_path: Path
+) -> None:
+    reference = _reference(engine, model)
+    _, entry = _cached(engine, model, tmp_path / "cache")
+    assert entry["hit"] is False
+    _, again = _cached(engine, model, tmp_path / "cache")
+    assert again["hit"] is True, again
+    target = _payload(Path(entry["path"]))[0]
+    data = target.read_bytes()
+    if damage == "truncate":
+        target.write_bytes(data[: len(data) // 2])
+    elif damage == "bit_flip":
+        flipped = bytearray(data)
+        flipped[len(flipped) // 2] ^= 0x01
+        target.write_bytes(bytes(flipped))
+    else:
+        target.unlink()
+    damaged, miss = _cached(engine, model, tmp_path / "cache")
+    assert miss["hit"] is False
+    assert "damaged" in miss["explanation"], miss
+    _works(damaged, reference)
+    healed, hit = _cached(engine, model, tmp_path / "cache")
+    assert hit["hit"] is True, hit
+    _works(healed, reference)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_entry_that_verifies_but_does_not_load_is_discarded(
+    engine: str, model: Path, tmp_path: Path
+) -> None:
+    """The manifest is forged to match garbage payload: only loading can tell. The kit
+    discards the entry, rebuilds and records a miss with the engine's reason."""
+    if engine == "openvino":
+        # OpenVINO's CACHE_DIR import recompiles silently over a blob it cannot import, so
+        # the kit never sees the failure and the record says "hit" (open: the adapter must
+        # check that the compiled model came from the blob).
+        pytest.xfail("OpenVINO recompiles over an unloadable cached blob without saying so")
+    reference = _reference(engine, model)
+    _, entry = _cached(engine, model, tmp_path / "cache")
+    folder = Path(entry["path"])
+    files = {}
+    for path in _payload(folder):
+        path.write_bytes(b"not what the engine wrote " * 64)
+        files[str(path.relative_to(folder))] = FileDigest(path.stat().st_size, file_digest(path))
+    manifest = msgspec.json.decode((folder / KEY_FILE).read_bytes(), type=Manifest)
+    forged = msgspec.structs.replace(manifest, files=files)
+    (folder / KEY_FILE).write_bytes(msgspec.json.encode(forged))
+    sess, miss = _cached(engine, model, tmp_path / "cache")
+    assert miss["hit"] is False
+    assert "failed to load" in miss["explanation"], miss
+    _works(sess, reference)
+    _, hit = _cached(engine, model, tmp_path / "cache")
+    assert hit["hit"] is True, hit
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_unusable_cache_folder_follows_the_fallback_mode(
+    engine: str, model: Path, tmp_path: Path
+) -> None:
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("a file where the cache folder should be")
+    reference = _reference(engine, model)
+    with pytest.warns(FallbackWarning, match="cache"):
+        sess = _open(engine, model, cache_dir=str(not_a_folder), fallback="warn")
+    _works(sess, reference)
+    assert any(f.chosen == "no cache" for f in sess.record().fallbacks)
+    with pytest.raises(FallbackError, match="cache"):
+        _open(engine, model, cache_dir=str(not_a_folder), fallback="error")
+    assert not_a_folder.read_text() == "a file where the cache folder should be"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_read_only_cache_folder_follows_the_fallback_mode(
+    engine: str, model: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        with pytest.raises((FallbackError, CacheError)):
+            _open(engine, model, cache_dir=str(folder), fallback="error")
+    finally:
+        folder.chmod(0o700)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_symlinked_cache_folder_works(engine: str, model: Path, tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    _, first = _cached(engine, model, link)
+    assert first["hit"] is False
+    _, second = _cached(engine, model, link)
+    assert second["hit"] is True
+    assert link.is_symlink()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_concurrent_writers_of_one_entry(engine: str, model: Path, tmp_path: Path) -> None:
+    """Sessions created at once on one cache folder: all run; afterwards the entry hits."""
+    reference = _reference(engine, model)
+    cache = tmp_path / "cache"
+    sessions: list[Any] = []
+    errors: list[BaseException] = []
+
+    def create() -> None:
+        try:
+            sessions.append(_open(engine, model, cache_dir=str(cache)))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not errors, errors
+    for sess in sessions:
+        _works(sess, reference)
+    _, hit = _cached(engine, model, cache)
+    assert hit["hit"] is True, hit
