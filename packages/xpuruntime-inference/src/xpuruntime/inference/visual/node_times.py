@@ -98,39 +98,46 @@ def onnxruntime_times(
     ) as sess:
         for _ in range(runs + 1):
             sess.run(feeds)
-        events = [
-            e
-            for e in sess.engine_session.profile_events()
-            if e.get("cat") == "Node" and str(e.get("name", "")).endswith(KERNEL_TIME)
-        ]
+        profile = sess.engine_session.profile_events()
         times = NodeTimes(
             "onnxruntime",
             sess.device,
-            "ONNX Runtime profiler (SessionOptions.enable_profiling): mean of the "
-            f"{KERNEL_TIME[1:]} events of {runs} runs after one untimed run",
+            "ONNX Runtime profiler (SessionOptions.enable_profiling): the "
+            f"{KERNEL_TIME[1:]} events of {runs} runs after one untimed run, per run",
             runs,
         )
-    per_node: dict[str, list[float]] = defaultdict(list)
+    # ONNX Runtime times each run ("model_run"); a node may run several times in a run (a
+    # loop body) or not at all (an If branch not taken), so time is summed per run window.
+    windows = sorted(
+        (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
+        for e in profile
+        if e.get("name") == "model_run"
+    )
+    # Without run windows the untimed run cannot be told apart: it is averaged in.
+    untimed_end = windows[0][1] if windows else float("-inf")
+    counted = runs if windows else runs + 1
+    events = [
+        e
+        for e in profile
+        if e.get("cat") == "Node" and str(e.get("name", "")).endswith(KERNEL_TIME)
+    ]
+    totals: dict[str, float] = defaultdict(float)
+    op_and_index: dict[str, tuple[str, int | None]] = {}
     for event in events:
-        per_node[str(event["name"])[: -len(KERNEL_TIME)]].append(float(event.get("dur", 0.0)))
+        name = str(event["name"])[: -len(KERNEL_TIME)]
         args = event.get("args", {})
         event["args"] = {k: args[k] for k in ("op_name", "provider", "node_index") if k in args}
-    # The first run is the untimed one: drop each node's first event.
-    skipped_first = {name: durations[1:] for name, durations in per_node.items()}
-    op_and_index = {
-        str(e["name"])[: -len(KERNEL_TIME)]: (
-            str(e["args"].get("op_name", "")),
-            int(e["args"]["node_index"]) if "node_index" in e["args"] else None,
-        )
-        for e in events
-    }
-    for name, durations in skipped_first.items():
-        mean = float(np.mean(durations)) if durations else 0.0
-        node_id = resolve.ort(name, *op_and_index[name])
+        index = event["args"].get("node_index")
+        op_and_index[name] = (str(args.get("op_name", "")), None if index is None else int(index))
+        if float(event["ts"]) > untimed_end:
+            totals[name] += float(event.get("dur", 0.0))
+    for name, (op_type, index) in op_and_index.items():
+        per_run = totals.get(name, 0.0) / counted
+        node_id = resolve.ort(name, op_type, index)
         if node_id is None:
-            times.unmatched_us[name] = mean
+            times.unmatched_us[name] = per_run
         else:
-            times.mean_us[node_id] = times.mean_us.get(node_id, 0.0) + mean
+            times.mean_us[node_id] = times.mean_us.get(node_id, 0.0) + per_run
     times.events = events
     return times
 
