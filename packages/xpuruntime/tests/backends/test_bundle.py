@@ -128,17 +128,13 @@ def test_bundle_with_changed_model_is_refused(tmp_path: Path) -> None:
         xrt.InferenceSession(str(bundle), device="cpu")
 
 
-def test_verify_reports_outputs_beyond_tolerance(tmp_path: Path) -> None:
+def _mismatched(bundle: Path) -> None:
+    """Give ``bundle`` one reference output the model does not reproduce (re-signed, so the
+    bundle itself stays valid)."""
     import msgspec
-    import torch
 
-    import xpuruntime as xrt
-    import xpuruntime.pytorch as xrt_torch
-    from xpuruntime.inference.bundle import VerificationError
     from xpuruntime.policies.bundle import BundleManifest, file_sha256
 
-    bundle = xrt_torch.export(_model(), (torch.randn(1, 2, 8, 32),), tmp_path / "b")  # type: ignore[arg-type]
-    # A reference the model does not reproduce (re-signed, so the bundle itself is valid).
     reference = bundle / "reference.npz"
     with np.load(reference) as data:
         arrays = {name: data[name] for name in data.files}
@@ -149,6 +145,16 @@ def test_verify_reports_outputs_beyond_tolerance(tmp_path: Path) -> None:
     files = {**stored.files, "reference.npz": file_sha256(reference)}
     msgspec.structs.replace(stored, files=files).save(bundle)
 
+
+def test_verify_reports_outputs_beyond_tolerance(tmp_path: Path) -> None:
+    import torch
+
+    import xpuruntime as xrt
+    import xpuruntime.pytorch as xrt_torch
+    from xpuruntime.inference.bundle import VerificationError
+
+    bundle = xrt_torch.export(_model(), (torch.randn(1, 2, 8, 32),), tmp_path / "b")  # type: ignore[arg-type]
+    _mismatched(bundle)
     sess = xrt.InferenceSession(str(bundle), device="cpu")
     report = sess.verify(raise_on_failure=False)
     assert not report.passed
@@ -156,3 +162,30 @@ def test_verify_reports_outputs_beyond_tolerance(tmp_path: Path) -> None:
     with pytest.raises(VerificationError, match="DIFFERS"):
         sess.verify()
     assert sess.verify(atol=2.0).passed
+
+
+def test_bundle_verify_command(tmp_path: Path) -> None:
+    """``xpuruntime bundle verify``: 0 when the engine reproduces the bundle, 1 naming the
+    worst tensor when it does not, 2 for a folder that is not a bundle."""
+    import torch
+    from click.testing import CliRunner
+
+    import xpuruntime.pytorch as xrt_torch
+    from xpuruntime.inference.cli import main
+
+    bundle = xrt_torch.export(_model(), (torch.randn(2, 2, 8, 32),), tmp_path / "b")  # type: ignore[arg-type]
+    runner = CliRunner()
+    ok = runner.invoke(main, ["bundle", "verify", str(bundle), "--engine", "onnxruntime"])
+    assert ok.exit_code == 0, ok.output
+    assert ok.stdout.startswith("passed: onnxruntime on cpu")
+    _mismatched(bundle)
+    bad = runner.invoke(main, ["bundle", "verify", str(bundle), "--json-out", "-"])
+    assert bad.exit_code == 1
+    assert '"passed":false' in bad.stdout.replace(" ", "")
+    (worst,) = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
+    assert "differs most: max abs 1" in worst
+    assert runner.invoke(main, ["bundle", "verify", str(bundle), "--atol", "2"]).exit_code == 0
+    assert runner.invoke(main, ["bundle", "verify", str(tmp_path / "none")]).exit_code == 2
+    not_a_bundle = runner.invoke(main, ["bundle", "verify", str(tmp_path)])
+    assert not_a_bundle.exit_code == 2
+    assert "bundle.json is missing" in not_a_bundle.stderr

@@ -308,6 +308,21 @@ def _names() -> list[Any]:
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("name", _names())
 def test_round_trip(name: str, engine: str, bundles: Path) -> None:
+    _serve_and_check(name, engine, "cpu", bundles)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["fused_block", "fused_block_decomposed", "llama", "bert"])
+def test_round_trip_on_onnxruntime_cuda(name: str, bundles: Path) -> None:
+    """The CUDA column: the same bundles on ONNX Runtime's CUDA execution provider."""
+    import onnxruntime
+
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        pytest.skip("ONNX Runtime's CUDA execution provider is missing (install onnxruntime-gpu)")
+    _serve_and_check(name, "onnxruntime", "cuda", bundles)
+
+
+def _serve_and_check(name: str, engine: str, device: str, bundles: Path) -> None:
     import torch
 
     import xpuruntime as xrt
@@ -316,7 +331,7 @@ def test_round_trip(name: str, engine: str, bundles: Path) -> None:
     bundle, model = _bundle(name, bundles)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the bundle opens under its own strict policy, quietly
-        session = xrt.InferenceSession(str(bundle), device="cpu", engine=engine)
+        session = xrt.InferenceSession(str(bundle), device=device, engine=engine)
     assert session.engine == engine
     report = session.verify()
     assert report.passed, str(report)
