@@ -14,7 +14,10 @@ from xpuruntime.inference.model_info import ModelInfo
 from xpuruntime.policies.errors import XpuRuntimeError
 from xpuruntime.runtime.errors import UnsupportedOperationError
 
-_UNCONVERTED = re.compile(r"No conversion rule found for operations?: ([^\n]*?)(?:WARNING|$)")
+# OpenVINO's ONNX frontend names the operations it could not convert in one of two ways.
+_UNCONVERTED = re.compile(
+    r"(?:No conversion rule found for operations?|Conversion is failed for): ([^\n]*?)(?:WARNING|$)"
+)
 _STRING = 8  # onnx.TensorProto.STRING
 
 
