@@ -98,6 +98,30 @@ def test_pinned_fp8_that_cannot_run_raises_with_the_reason() -> None:
         rt.dispatcher.resolve("attention", _shape(head_dim=32), "bfloat16", "cuda:0", PIN)
 
 
+@pytest.mark.parametrize(
+    ("precision", "policy", "error", "message"),
+    [
+        ("fp16", None, InvalidArgumentError, "precision 'fp16' is not one attention takes"),
+        ("fp8", KernelPolicy(attention=KERNEL), InvalidArgumentError, "policy names 'xrt_flash'"),
+        ("fp8", None, UnsupportedOperationError, r"pins attention to 'xrt_flash_fp8'.*8\.9"),
+    ],
+)
+def test_precision_fp8_is_checked_before_anything_runs(
+    precision: str,
+    policy: KernelPolicy | None,
+    error: type[Exception],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    torch = pytest.importorskip("torch")
+    import xpuruntime.ops as ops
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # CPU tensors: no fp8 here
+    q = torch.zeros(1, 8, 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(error, match=message):
+        ops.attention(q, q, q, precision=precision, policy=policy)  # type: ignore[arg-type]
+
+
 # --- the kernels, in Triton's CPU interpreter --------------------------------------------
 
 
@@ -187,6 +211,11 @@ def test_ops_attention_pinned_to_fp8_runs_and_records_it() -> None:
     (entry,) = record.decisions
     assert entry.kernel == FP8_KERNEL
     assert "fp8 e4m3 forward" in entry.reason
+    # precision="fp8" takes the same kernel without naming it.
+    ops.attention(q, k, v, layout="bhsd", precision="fp8")
+    decision = ops.last_decision()
+    assert decision is not None
+    assert decision.kernel == FP8_KERNEL
     # Without a policy the same call stays on the exact kernel.
     ops.attention(q, k, v, layout="bhsd")
     decision = ops.last_decision()

@@ -115,8 +115,35 @@ def _varlen(
     return Varlen(cu_q, cu_k, int(max_seqlen_q), int(max_seqlen_k))
 
 
+def _precision_choice(policy: KernelPolicy | None, precision: str | None) -> tuple[str, ...]:
+    """(kernel, mode, strategy) for the dispatcher: the policy's, or for ``precision="fp8"``
+    the fp8 kernel, pinned (a precision that cannot be honoured is an error, not a fallback
+    to a more precise kernel)."""
+    from xpuruntime.kernels.attention import FP8_KERNEL
+
+    kernel, mode, strategy = policy_choice("attention", policy)
+    if precision is None:
+        return kernel, mode, strategy
+    if precision != "fp8":
+        raise InvalidArgumentError(
+            f"attention: precision {precision!r} is not one attention takes; use None (the "
+            "inputs' own float16/bfloat16) or 'fp8' (float8 e4m3, for inference)"
+        )
+    if kernel and kernel != FP8_KERNEL:
+        raise InvalidArgumentError(
+            f"attention: precision 'fp8' runs {FP8_KERNEL!r}, but the kernel policy names "
+            f"{kernel!r}; drop one of them"
+        )
+    return FP8_KERNEL, "pin" if mode == "auto" else mode, strategy
+
+
 def _resolve(
-    q: torch.Tensor, dims: Sequence[int], varlen: Any, causal: bool, policy: KernelPolicy | None
+    q: torch.Tensor,
+    dims: Sequence[int],
+    varlen: Any,
+    causal: bool,
+    policy: KernelPolicy | None,
+    precision: str | None = None,
 ) -> DecisionFields:
     from xpuruntime.kernels.attention import query_shape
 
@@ -128,7 +155,7 @@ def _resolve(
         batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k, heads=heads, kv_heads=kv_heads,
         head_dim=head_dim, causal=causal, varlen=varlen is not None,
     )  # fmt: skip
-    kernel, mode, strategy = policy_choice("attention", policy)
+    kernel, mode, strategy = _precision_choice(policy, precision)
     dtype = str(q.dtype).removeprefix("torch.")
     device = "cpu" if q.device.type == "cpu" else f"cuda:{q.device.index or 0}"
     decision: DecisionFields
@@ -159,6 +186,7 @@ def attention(
     layout: Layout = "bshd",
     return_lse: bool = False,
     policy: KernelPolicy | None = None,
+    precision: Literal["fp8"] | None = None,
     stream: StreamLike = None,
     record: ExecutionRecord | None = None,
 ) -> Any:
@@ -177,8 +205,10 @@ def attention(
     with ``return_lse=True`` also the float32 natural-log log-sum-exp of each query row,
     ``(batch, heads, seqlen_q)`` or ``(heads, total_q)`` for packed input. A policy pinning a
     kernel that cannot run the call raises :class:`UnsupportedOperationError` with the reason.
-    ``KernelPolicy(attention="xrt_flash_fp8")`` computes in float8 e4m3 (inference: per-block
-    query/key and per-channel value scales, output in the inputs' dtype, no backward).
+    ``precision="fp8"`` (or ``KernelPolicy(attention="xrt_flash_fp8")``) computes in float8
+    e4m3 on ``xrt_flash_fp8``, for inference: per-row query, per-block key and per-channel
+    value scales, output in the inputs' dtype, no backward; where it cannot run, the call
+    raises :class:`UnsupportedOperationError` with the reason.
     """
     query, key, value = _torch(q, "q"), _torch(k, "k"), _torch(v, "v")
     is_varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
@@ -188,7 +218,7 @@ def attention(
         if is_varlen
         else None
     )
-    decision = _resolve(query, dims, varlen, causal, policy)
+    decision = _resolve(query, dims, varlen, causal, policy, precision)
     from xpuruntime.kernels.attention import FP8_KERNEL, launch
 
     kind = "thd" if is_varlen else layout
