@@ -572,3 +572,101 @@ def test_concurrent_writers_of_one_entry(engine: str, model: Path, tmp_path: Pat
         _works(sess, reference)
     _, hit = _cached(engine, model, cache)
     assert hit["hit"] is True, hit
+
+
+# -- string inputs and public models -------------------------------------------------------------
+@pytest.fixture(scope="module")
+def string_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A string input (a text classifier's front end): upper-cased by StringNormalizer."""
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "StringNormalizer", ["text"], ["normalized"], case_change_action="UPPER"
+            )
+        ],
+        "strings",
+        [helper.make_tensor_value_info("text", TensorProto.STRING, [2])],
+        [helper.make_tensor_value_info("normalized", TensorProto.STRING, [2])],
+    )
+    return _save(graph, tmp_path_factory.mktemp("strings") / "strings.onnx")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_string_input_runs_or_is_a_typed_refusal(engine: str, string_model: Path) -> None:
+    """Never stricter than the engine: where it takes strings, str arrays of any numpy form
+    run; where it cannot, the refusal is typed and says so."""
+    try:
+        sess = _open(engine, string_model)
+    except XpuRuntimeError as exc:  # an engine without string tensors (OpenVINO's CPU plugin)
+        refusal: XpuRuntimeError | None = exc
+    else:
+        refusal = None
+        for feed in (np.array(["ab", "cd"]), np.array(["ab", "cd"], dtype=object), ["ab", "cd"]):
+            out = sess.run({"text": feed})["normalized"]
+            assert [str(v) for v in out] == ["AB", "CD"]
+    if refusal is not None:
+        assert "string" in str(refusal).lower()
+
+
+ROOT = Path(__file__).resolve().parents[4]
+PUBLIC = Path(os.environ.get("XPURUNTIME_PUBLIC_MODELS", ROOT / "build" / "public-models"))
+CATALOGUE = ROOT / "scripts" / "public_models.json"
+#: Public models from PyPI wheels: multi-input stateful (silero_vad_16k_op15: 3 inputs), an
+#: int32 input (magika), a '?'-named dynamic image input (rapidocr_cls).
+PUBLIC_MODELS = ("silero_vad_16k_op15", "magika", "rapidocr_cls")
+
+
+def _public_feeds(name: str) -> dict[str, np.ndarray]:
+    import json
+
+    spec = json.loads(CATALOGUE.read_text())["models"][name]["feeds"]
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for input_name, item in spec.items():
+        fill = item["fill"]
+        if fill == "normal":
+            value = rng.standard_normal(item["shape"])
+        elif fill == "zeros":
+            value = np.zeros(item["shape"])
+        elif "int" in fill:
+            value = rng.integers(*fill["int"], size=item["shape"])
+        else:
+            value = np.full(item["shape"], fill["value"])
+        feeds[input_name] = value.astype(item["dtype"])
+    return feeds
+
+
+@pytest.mark.parametrize("name", PUBLIC_MODELS)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_public_models_keep_their_names(engine: str, name: str) -> None:
+    """The model's own names on every engine that runs it, and a typed refusal elsewhere;
+    on ONNX Runtime the outputs equal raw ONNX Runtime's bit for bit."""
+    path = PUBLIC / f"{name}.onnx"
+    if not path.is_file():
+        pytest.skip(f"{name} not fetched: python scripts/fetch_public_models.py {PUBLIC}")
+    if engine == "qnn":
+        pytest.skip("QNN's public-model runs (HTP simulation, minutes) are in nox -s public_models")
+    graph = onnx.load(str(path), load_external_data=False).graph
+    initializers = {t.name for t in graph.initializer}
+    inputs = [i.name for i in graph.input if i.name not in initializers]
+    outputs = [o.name for o in graph.output]
+    try:
+        sess = _open(engine, path)
+    except XpuRuntimeError as exc:  # e.g. OpenVINO cannot convert an op of the model
+        refusal = str(exc)
+    else:
+        refusal = ""
+    if refusal:  # typed (anything else fails the test), and it names the model
+        assert str(path) in refusal, refusal
+        return
+    assert sess.input_names == inputs
+    assert sess.output_names == outputs
+    feeds = _public_feeds(name)
+    got = sess.run(feeds)
+    assert list(got) == outputs
+    if engine == "onnxruntime":
+        import onnxruntime as ort
+
+        raw = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        for output, want in zip(outputs, raw.run(outputs, feeds), strict=True):
+            np.testing.assert_array_equal(np.asarray(got[output]), want)
