@@ -343,3 +343,28 @@ def test_explore_writes_node_data_only_where_asked(tmp_path: Path) -> None:
     times = json.loads((out / "node_time.json").read_text())["shapes"]
     assert times["gradient"]
     assert set(times["results"]) <= {n.id for n in read_graph_ids(path).nodes}
+
+
+def test_a_real_training_step_trace_reads(tmp_path: Path) -> None:
+    """A CPU training step profiled by xpuruntime.pytorch.profile: PyTorch's own trace
+    format; no device kernels without a GPU, and the command says so."""
+    torch = pytest.importorskip("torch", reason="needs PyTorch: pip install 'xpuruntime[torch]'")
+    xpt = pytest.importorskip("xpuruntime.pytorch")
+    from click.testing import CliRunner
+
+    from xpuruntime.inference.cli import main
+
+    model = torch.nn.Linear(8, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    trace = tmp_path / "step.json"
+    with xpt.profile(export_chrome_trace=trace):
+        model(torch.randn(2, 8)).sum().backward()
+        optimizer.step()
+    events = json.loads(trace.read_text())["traceEvents"]
+    device_kernels = sum(e.get("cat") == "kernel" for e in events)
+    out = tmp_path / "kernels.json"
+    result = CliRunner().invoke(main, ["kernel-timeline", str(trace), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["otherData"]["kernels"] == device_kernels
+    if not device_kernels:
+        assert "holds no device kernels" in result.output

@@ -332,3 +332,9 @@ def kernel_timeline_command(trace: str, output: str) -> None:
     _refuse_overwrite(target, [Path(trace)])
     _, kernels = kernel_timeline(Path(trace), target)
     click.echo(f"{kernels} kernels written to {target}", err=True)
+    if not kernels:
+        click.echo(
+            f"warning: {trace} holds no device kernels (a step profiled without a GPU: its "
+            "work is PyTorch's cpu_op events, in the trace itself)",
+            err=True,
+        )
