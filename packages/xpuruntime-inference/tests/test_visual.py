@@ -368,3 +368,16 @@ def test_a_real_training_step_trace_reads(tmp_path: Path) -> None:
     assert json.loads(out.read_text())["otherData"]["kernels"] == device_kernels
     if not device_kernels:
         assert "holds no device kernels" in result.output
+
+
+def test_the_cli_imports_no_plotting_or_model_explorer() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, xpuruntime.inference.cli; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'bokeh', 'model_explorer', 'model_explorer_onnx'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
