@@ -2,8 +2,9 @@
 
 Without Triton (the core's CPU test environment): registration and its order (the automatic
 choice), the policy vocabulary, the support check's reasons, and a pinned policy's error.
-In Triton's CPU interpreter (``TRITON_INTERPRET=1``, ``nox -s attention``): the kernels
-themselves on CPU tensors, against float32 references. float8 rounding there goes through
+In Triton's CPU interpreter (``TRITON_INTERPRET=1``, ``nox -s attention``), or on a GPU of
+compute capability 8.9+ (the GPU machines' core suite): the kernels themselves, against
+float32 references. float8 rounding there goes through
 PyTorch's exact conversion (fp8._fix_interpreter_fp8_casts), so the interpreter computes
 what the GPU's ``cvt.rn`` does; the GPU's own fp8 tensor cores run in
 ``benchmarks/attention_fp8_bench.py`` and ``scripts/gpu_phases/attention_fp8.sh``.
@@ -36,8 +37,24 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:Conversion of an array with ndim:DeprecationWarning"
 )
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-needs_interpreter = pytest.mark.skipif(
-    not (INTERPRETED and importlib.util.find_spec("torch") and importlib.util.find_spec("triton")),
+
+
+def _kernel_device() -> str:
+    """Where the fp8 kernels can run here: Triton's CPU interpreter, a GPU with fp8 tensor
+    cores, or nowhere ('')."""
+    if not (importlib.util.find_spec("torch") and importlib.util.find_spec("triton")):
+        return ""
+    if INTERPRETED:
+        return "cpu"
+    import torch
+
+    fp8_gpu = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
+    return "cuda" if fp8_gpu else ""
+
+
+DEVICE = _kernel_device()
+needs_kernels = pytest.mark.skipif(
+    not DEVICE,
     reason="fp8 kernels run on a GPU of compute capability 8.9+ or in Triton's CPU interpreter "
     "(TRITON_INTERPRET=1 with torch and triton: nox -s attention)",
 )
@@ -131,9 +148,9 @@ def _inputs(
     import torch
 
     gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(batch, heads, seq, dim, generator=gen).to(dtype)
-    k = torch.randn(batch, kv_heads, seq, dim, generator=gen).to(dtype)
-    v = torch.randn(batch, kv_heads, seq, dim, generator=gen).to(dtype)
+    q = torch.randn(batch, heads, seq, dim, generator=gen).to(DEVICE, dtype)
+    k = torch.randn(batch, kv_heads, seq, dim, generator=gen).to(DEVICE, dtype)
+    v = torch.randn(batch, kv_heads, seq, dim, generator=gen).to(DEVICE, dtype)
     return q, k, v
 
 
@@ -145,7 +162,7 @@ def _reference(q: Any, k: Any, v: Any, causal: bool) -> tuple[Any, Any]:
     k, v = k.repeat_interleave(group, 1).float(), v.repeat_interleave(group, 1).float()
     scores = q.float() @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     if causal:
-        keep = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+        keep = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
         scores = scores.masked_fill(~keep, float("-inf"))
     return torch.softmax(scores, -1) @ v, torch.logsumexp(scores, -1)
 
@@ -169,7 +186,7 @@ def _dequantized(qz: Any, q: Any, seq: int) -> tuple[Any, Any, Any]:
     return q_real, k, v
 
 
-@needs_interpreter
+@needs_kernels
 @pytest.mark.parametrize(("kv_heads", "causal"), [(2, False), (1, True), (4, True)])
 def test_fp8_forward_matches_the_reference_of_its_quantized_inputs(
     kv_heads: int, causal: bool
@@ -193,7 +210,7 @@ def test_fp8_forward_matches_the_reference_of_its_quantized_inputs(
     assert (lse - true_lse).abs().max().item() < 0.2
 
 
-@needs_interpreter
+@needs_kernels
 def test_ops_attention_pinned_to_fp8_runs_and_records_it() -> None:
     import torch
 
@@ -224,21 +241,21 @@ def test_ops_attention_pinned_to_fp8_runs_and_records_it() -> None:
     grad = out.transpose(1, 2)
     with pytest.raises(UnsupportedOperationError, match="forward for inference"):
         ops.attention_backward(
-            grad, q, k, v, grad, torch.zeros(1, 2, 40), layout="bhsd", policy=PIN
+            grad, q, k, v, grad, torch.zeros(1, 2, 40, device=DEVICE), layout="bhsd", policy=PIN
         )
 
 
-@needs_interpreter
+@needs_kernels
 def test_fp8_packed_sequences_with_an_empty_one() -> None:
     import torch
 
     import xpuruntime.ops as ops
 
     lengths = [40, 0, 50, 1]
-    cu = torch.tensor([0, 40, 40, 90, 91], dtype=torch.int32)
+    cu = torch.tensor([0, 40, 40, 90, 91], dtype=torch.int32, device=DEVICE)
     gen = torch.Generator().manual_seed(1)
-    q = torch.randn(91, 4, 64, generator=gen).half()
-    k, v = (torch.randn(91, 2, 64, generator=gen).half() for _ in range(2))
+    q = torch.randn(91, 4, 64, generator=gen).to(DEVICE, torch.float16)
+    k, v = (torch.randn(91, 2, 64, generator=gen).to(DEVICE, torch.float16) for _ in range(2))
     out, lse = ops.attention(
         q, k, v, causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu, return_lse=True, policy=PIN
     )
@@ -252,7 +269,7 @@ def test_fp8_packed_sequences_with_an_empty_one() -> None:
         assert (lse[:, rows] - want_lse[0]).abs().max().item() < 0.2
 
 
-@needs_interpreter
+@needs_kernels
 def test_e4m3_inputs_with_descale_factors() -> None:
     import torch
 
@@ -268,9 +285,28 @@ def test_e4m3_inputs_with_descale_factors() -> None:
     assert "e4m3 inputs, descale per (batch, key/value head)" in detail
     qr, kr, vr = (x8.float() * d for x8, d in zip((q8, k8, v8), descale, strict=True))
     assert _relative(out, _reference(qr, kr, vr, False)[0]) < 0.03
+    wrong = torch.ones(3, device=DEVICE)
     with pytest.raises(InvalidArgumentError, match=r"one per \(batch, key/value head\)"):
-        fp8.from_fp8(q8, k8, v8, (descale[0], torch.ones(3), descale[2]), layout="bhsd")
+        fp8.from_fp8(q8, k8, v8, (descale[0], wrong, descale[2]), layout="bhsd")
     with pytest.raises(InvalidArgumentError, match="k_descale must be a float32 tensor"):
         fp8.from_fp8(q8, k8, v8, (descale[0], descale[1].double(), descale[2]), layout="bhsd")
     with pytest.raises(InvalidArgumentError, match="go with float8_e4m3fn inputs"):
         fp8.from_fp8(q, k, v, (descale[0], descale[1], descale[2]), layout="bhsd")
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the GPU's own tiles: needs a GPU of 8.9+")
+@pytest.mark.parametrize("dim", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_gpu_tiles_match_the_reference(dim: int, causal: bool) -> None:
+    import torch
+
+    from xpuruntime.kernels.attention import fp8
+
+    q, k, v = _inputs(2, 8, 2, 300, dim, torch.bfloat16)  # 300 rows: partial last blocks
+    qz = fp8.quantize(q, k, v, layout="bhsd")
+    out, lse, _ = fp8.forward(qz, causal=causal, scale=None, layout="bhsd")
+    assert torch.isfinite(out).all()
+    exact_out, exact_lse = _reference(*_dequantized(qz, q, 300), causal)
+    assert _relative(out, exact_out) < 0.03
+    assert (lse - exact_lse).abs().max().item() < 1e-2
+    assert _relative(out, _reference(q, k, v, causal)[0]) < 0.08
