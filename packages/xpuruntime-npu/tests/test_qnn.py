@@ -304,3 +304,27 @@ def test_lockfile_records_and_replays_the_provider_options(mlp, tmp_path):
             mlp, engine="qnn", device="cpu", lock="replay", lock_file=lock,
             performance_hint="throughput", fallback="error",
         )  # fmt: skip
+
+
+def test_an_htp_memory_failure_is_a_memory_error_naming_fp16(mlp):
+    # A valid model the HTP float path cannot hold (the message QNN gives for it, from a
+    # public model); what to try includes fp16, which runs it.
+    from xpuruntime.inference.errors import EngineMemoryError
+    from xpuruntime.inference.kit import BuildPlan
+    from xpuruntime.npu.engines.qnn import QNNAdapter
+    from xpuruntime.policies import ExecutionPolicy
+    from xpuruntime.runtime.decisions import Decisions
+
+    adapter = QNNAdapter()
+    decisions = Decisions(ExecutionPolicy(), record=ExecutionRecord(kind="inference"))
+    plan = BuildPlan(
+        model=mlp, info=None, policy=decisions.policy, target=adapter.target("cpu", decisions),
+        precision="fp32", free_dims={}, shapes={}, kernel_options={},
+    )  # fmt: skip
+    failure = RuntimeError(
+        "[ONNXRuntimeError] : 1 : FAIL : QNN_COMMON_ERROR_MEM_ALLOC: Failed to finalize QNN graph"
+    )
+    error = adapter.build_error(failure, plan)
+    assert isinstance(error, EngineMemoryError)
+    assert isinstance(error, MemoryError)
+    assert "precision='fp16'" in str(error)
