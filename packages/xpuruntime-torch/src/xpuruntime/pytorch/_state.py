@@ -71,9 +71,15 @@ def environment() -> tuple[dict[str, Any], str]:
     return fingerprint, fingerprint_hash(fingerprint)
 
 
+@functools.cache
+def _has_cuda() -> bool:
+    """Whether PyTorch sees a GPU (asked once: the answer does not change in a process)."""
+    return torch.cuda.is_available()
+
+
 def training_device() -> str:
     """The device training runs on, as far as it can be named without initialising CUDA."""
-    if not torch.cuda.is_available():
+    if not _has_cuda():
         return "cpu"
     # Asking for the current device would initialise CUDA, after which set_allocator()
     # can no longer swap PyTorch's allocator: name the index only once CUDA is up.

@@ -64,7 +64,7 @@ from xpuruntime.pytorch._state import (
 )
 from xpuruntime.pytorch.lock import apply_switch_lock
 from xpuruntime.pytorch.mapping import Plan, PlannedSetting, plan
-from xpuruntime.pytorch.switches import SWITCHES, read, torch_version, write_changed
+from xpuruntime.pytorch.switches import SWITCHES, read, torch_version, write, write_changed
 from xpuruntime.runtime.decisions import Decisions
 from xpuruntime.runtime.lockstore import LockStore, policy_store
 from xpuruntime.runtime.record import (
@@ -93,8 +93,10 @@ __all__ = [
 @dataclass
 class _Scope:
     saved_state: State
-    # The values of the switches the scope's policy touched, from before it.
+    # The values from before the scope of the switches it changed, written back on leaving
+    # (under a lockfile: of every switch it touched, written back where they differ).
     saved_switches: dict[str, Any]
+    compare: bool = False
 
 
 _scopes: list[_Scope] = []
@@ -394,7 +396,7 @@ _ENGINE = f"pytorch {torch_version()}"
 
 def _apply(
     request: _Request, state: State, before: dict[str, Any]
-) -> tuple[Decisions, frozenset[str], dict[str, Any]]:
+) -> tuple[Decisions, dict[str, Any], list[str]]:
     """Write the plan over the baseline of ``before``'s switches, verify, and build the
     decisions; raises before writing anything when a pin cannot be honoured."""
     execution, planned, writes = request.execution, request.planned, request.writes
@@ -402,24 +404,30 @@ def _apply(
     # Pins PyTorch cannot honour under fallback='error' raise here, before any switch moves.
     if planned.unapplicable:
         record_unapplicable(planned, decisions)
-    baseline = {name: state.baseline.get(name, value) for name, value in before.items()}
-    target = {name: writes.get(name, value) for name, value in baseline.items()}
-    changed = [name for name, value in target.items() if before[name] != value]
-    refused = write_changed({name: target[name] for name in changed}, before)
+    previous = state.baseline
+    baseline = (
+        {name: previous.get(name, value) for name, value in before.items()} if previous else before
+    )
+    refused: dict[str, str] = {}
     after = dict(before)
-    for name in changed:
-        after[name] = read(name)
+    changed = []
+    for name, value in baseline.items():
+        wanted = writes.get(name, value)
+        if before[name] != wanted:
+            write(name, wanted, refused)
+            after[name] = read(name)  # PyTorch's answer, not what was written
+            changed.append(name)
     settings = [_verify(setting, refused, after) for setting in planned.settings]
     record = decisions.record
     record.settings = settings
     record.precision = _precision_choice(execution, settings, request.devices)
-    _record_not_honoured(planned, settings, decisions)
+    if not all(result.honoured for result in settings):
+        _record_not_honoured(planned, settings, decisions)
     apply_switch_lock(request.kernel, execution, writes, decisions)
     # The switches now differing from their baseline are the ones to restore on clearing.
-    kept = {
-        name: value for name, value in baseline.items() if name in writes or name in request.locked
-    }
-    return decisions, request.unapplied, kept
+    locked = request.locked
+    kept = {name: value for name, value in baseline.items() if name in writes or name in locked}
+    return decisions, kept, changed
 
 
 def _locked(execution: ExecutionPolicy | None) -> frozenset[str]:
@@ -441,13 +449,13 @@ def _touched(request: _Request, state: State) -> list[str]:
     return [name for name in names if name in _AVAILABLE]
 
 
-def _activate(request: _Request) -> tuple[ExecutionRecord, dict[str, Any]]:
+def _activate(request: _Request) -> tuple[ExecutionRecord, _Scope]:
     """Apply under the lock; on any error the switches are put back as they were. Returns
-    the record and the touched switches' values from before."""
+    the record, and what leaving a scope of it restores."""
     state = current()
     before = {name: read(name) for name in _touched(request, state)}
     try:
-        decisions, unapplied, baseline = _apply(request, state, before)
+        decisions, baseline, changed = _apply(request, state, before)
     except BaseException:
         write_changed(before)
         raise
@@ -457,10 +465,12 @@ def _activate(request: _Request) -> tuple[ExecutionRecord, dict[str, Any]]:
             execution=request.execution,
             decisions=decisions,
             baseline=baseline,
-            unapplied=unapplied,
+            unapplied=request.unapplied,
         )
     )
-    return decisions.record, before
+    if request.locked:  # a replayed lock writes switches beyond the plan
+        return decisions.record, _Scope(state, before, compare=True)
+    return decisions.record, _Scope(state, {name: before[name] for name in changed})
 
 
 def set_kernel_policy(
@@ -508,15 +518,16 @@ class _PolicyScope(AbstractContextManager[ExecutionRecord]):
     def __enter__(self) -> ExecutionRecord:
         request = self._request
         with LOCK:
-            saved_state = current()
             if request is None:
+                saved_state = current()
                 saved_switches = {name: read(name) for name in saved_state.baseline}
                 write_changed(saved_state.baseline, saved_switches)
                 record = swap(no_policy()).record
+                scope = _Scope(saved_state, saved_switches, compare=True)
             else:
-                record, saved_switches = _activate(request)
-            self._scope = _Scope(saved_state=saved_state, saved_switches=saved_switches)
-            _scopes.append(self._scope)
+                record, scope = _activate(request)
+            self._scope = scope
+            _scopes.append(scope)
         return record
 
     def __exit__(self, *exc: object) -> None:
@@ -525,7 +536,7 @@ class _PolicyScope(AbstractContextManager[ExecutionRecord]):
         with LOCK:
             if _scopes[-1] is scope:
                 _scopes.pop()
-                write_changed(scope.saved_switches)
+                _restore(scope)
                 swap(scope.saved_state)
                 return
             # Left before a scope entered after it: that scope now owns the state to
@@ -535,7 +546,20 @@ class _PolicyScope(AbstractContextManager[ExecutionRecord]):
             later = _scopes[index + 1]
             later.saved_state = scope.saved_state
             later.saved_switches = {**later.saved_switches, **scope.saved_switches}
+            later.compare = later.compare or scope.compare
             del _scopes[index]
+
+
+def _restore(scope: _Scope) -> None:
+    """Put back the switches the scope changed. Without a lockfile those are exactly the
+    ones it wrote, so nothing is read again; a switch the block itself changed among the
+    others stays as the block left it."""
+    if scope.compare:
+        write_changed(scope.saved_switches)
+        return
+    refused: dict[str, str] = {}
+    for name, value in scope.saved_switches.items():
+        write(name, value, refused)
 
 
 def kernel_policy(

@@ -20,7 +20,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["SWITCHES", "Switch", "read", "read_all", "torch_version", "write_changed"]
+__all__ = [
+    "SWITCHES",
+    "Switch",
+    "read",
+    "read_all",
+    "torch_version",
+    "write",
+    "write_changed",
+]
 
 
 def torch_version() -> str:
@@ -238,10 +246,14 @@ def write_changed(
     for name, value in values.items():
         switch = SWITCHES[name]
         now = current[name] if current is not None and name in current else switch.read()
-        if now == value:
-            continue
-        try:
-            switch.write(value)
-        except (RuntimeError, ValueError) as error:
-            refused[name] = f"PyTorch refused {name}={value!r}: {error}"
+        if now != value:
+            write(name, value, refused)
     return refused
+
+
+def write(name: str, value: Any, refused: dict[str, str]) -> None:
+    """Write switch ``name``; PyTorch's refusal goes into ``refused`` instead of raising."""
+    try:
+        SWITCHES[name].write(value)
+    except (RuntimeError, ValueError) as error:
+        refused[name] = f"PyTorch refused {name}={value!r}: {error}"
