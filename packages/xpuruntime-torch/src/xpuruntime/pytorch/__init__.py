@@ -18,17 +18,11 @@ except ImportError as error:
         "xpuruntime.pytorch requires PyTorch. Install with: pip install xpuruntime[torch]"
     ) from error
 
-from importlib.metadata import PackageNotFoundError, version
+from xpuruntime.runtime.abi import member_version
 
-from xpuruntime.runtime.abi import require_abi
-
-try:
-    __version__ = version("xpuruntime-torch")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0+unknown"
-
+#: The native core ABI this package was written against.
 CORE_ABI = 1
-require_abi(CORE_ABI, f"xpuruntime-torch {__version__}")
+__version__ = member_version("xpuruntime-torch", CORE_ABI)
 
 from xpuruntime.pytorch import ops  # noqa: E402
 from xpuruntime.pytorch.allocator import (  # noqa: E402
@@ -48,6 +42,7 @@ from xpuruntime.pytorch.graphs import (  # noqa: E402
 )
 from xpuruntime.pytorch.policy import (  # noqa: E402
     clear_kernel_policy,
+    current_decisions,
     current_record,
     get_execution_policy,
     get_kernel_policy,
@@ -66,6 +61,7 @@ __all__ = [
     "autocast",
     "capture_graph",
     "clear_kernel_policy",
+    "current_decisions",
     "current_record",
     "explain",
     "export",
