@@ -29,6 +29,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from xpuruntime.policies._suggest import choices_hint, closest
     from xpuruntime.policies.conflicts import check_conflicts, find_conflicts
     from xpuruntime.policies.differences import PolicyDiff, diff
     from xpuruntime.policies.document import SCHEMA_VERSION, PolicyDocument, load_policy
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
 # Public name -> defining module. Loaded on first access (PEP 562), so `import
 # xpuruntime.policies` costs almost nothing and each name pulls in only what it needs.
 _LAZY = {
+    # "Did you mean": the one copy, for every member's "not one of the choices" messages.
+    "choices_hint": "_suggest",
+    "closest": "_suggest",
     "check_conflicts": "conflicts",
     "find_conflicts": "conflicts",
     "PolicyDiff": "differences",
@@ -115,6 +119,8 @@ __all__ = [
     "XpuRuntimeError",
     "__version__",
     "check_conflicts",
+    "choices_hint",
+    "closest",
     "diff",
     "find_conflicts",
     "json_schema",
