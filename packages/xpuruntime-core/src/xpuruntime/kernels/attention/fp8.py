@@ -324,6 +324,11 @@ def forward(
                 )
                 if qz.block % t.block_m == 0 and qz.block % t.block_n == 0
             )
+            if not options:
+                raise InvalidArgumentError(
+                    f"xrt_flash_fp8: key scales per {qz.block} rows fit none of this GPU's "
+                    f"tiles (they must divide it); quantize with block={FP8_SCALE_BLOCK}"
+                )
             key = (
                 "forward_fp8",
                 _capability(q.device),
