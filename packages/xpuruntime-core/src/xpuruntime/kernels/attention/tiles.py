@@ -121,9 +121,10 @@ def candidates(pass_: Pass, head_dim: int, capability: tuple[int, int]) -> tuple
 
 # fp8 forward, Hopper. Measured (H100, Triton 3.6, benchmarks/attention_fp8_bench.py --sweep,
 # 16k tokens): 64x128 tiles with 4 warps lead at head size 128 at every seqlen (S16384 full:
-# 745 TFLOP/s against 635 for 128x128 with 8 warps) and at head size 64 with full attention
-# (S16384: 518 against 473 for 128x128); at head size 64 causal, 64x64 is faster up to S8192
-# (S1024: 274 against 224), a tuning candidate. Head size 256 is unmeasured.
+# 745 TFLOP/s against 635 for 128x128 with 8 warps) and at head size 64 from S4096 full
+# (S16384: 518 against 473 for 128x128); at head size 64, 64x64 is faster at S1024-2048 full
+# and up to S8192 causal (causal S1024: 274 against 224), a tuning candidate. Head size 256
+# is unmeasured.
 _FP8_HOPPER: dict[int, tuple[TileConfig, ...]] = {
     64: (_T(64, 128, 4, 3), _T(128, 128, 4, 3), _T(64, 64, 4, 3), _T(128, 64, 4, 3)),
     128: (_T(64, 128, 4, 3), _T(64, 64, 4, 3), _T(128, 128, 8, 3), _T(64, 128, 4, 4)),
