@@ -179,10 +179,14 @@ def test_an_unwritable_output_is_one_line_not_an_internal_error(
         (["explain", "{demo}", "--dim", "batch=1", "--engine", "nope"], 2, "unknown engine"),
         (["compare", "{demo}", "--engines", "ort:cpu,openvino:cpu", "--atol", "-1"], 2, "--atol"),
         (["compare", "{demo}", "--engines", "ort:cpu,openvino:cpu", "--rtol", "-1"], 2, "--rtol"),
+        (["compare", "{demo}", "--engines", "foo:cpu,ort:cpu"], 2, "unknown engine 'foo'"),
+        (["compare", "{demo}", "--engines", "ort:gpu,ort:cpu"], 2, "A GPU is 'cuda'"),
+        (["run", "{demo}", "--dim", "batch=1", "--lock", "{tmp}/missing.json"], 2, "--lock"),
+        (["lock", "replay", "{demo}", "--lock", "{tmp}/missing.json"], 2, "no such lockfile"),
         (["demo", "--batch", "0"], 2, "--batch"),
         (["cache", "list", "--dir", "/nonexistent"], 2, "does not exist"),
-        (["cache", "clear", "--dir", "{tmp}", "--kind", "foo"], 2, "unknown cache kind 'foo'"),
-        (["cache", "list", "--dir", "{tmp}", "--kind", "foo"], 2, "unknown cache kind 'foo'"),
+        (["cache", "clear", "--dir", "{cache}", "--kind", "foo"], 2, "unknown cache kind 'foo'"),
+        (["cache", "list", "--dir", "{cache}", "--kind", "foo"], 2, "unknown cache kind 'foo'"),
         (["lock", "show", "{demo}"], 2, "Lockfile"),
         (["lock", "diff", "{empty}"], 2, "Lockfile"),
     ],
@@ -194,7 +198,9 @@ def test_usage_errors_exit_2_with_one_line(
     empty.touch()
     garbage = tmp_path / "garbage.onnx"
     garbage.write_bytes(b"\xff\x00 not a model")
-    paths = {"demo": demo, "empty": empty, "garbage": garbage, "tmp": tmp_path}
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    paths = {"demo": demo, "empty": empty, "garbage": garbage, "tmp": tmp_path, "cache": cache}
     result = invoke(runner, *(a.format(**paths) for a in args))
     assert result.exit_code == code, result.output
     assert message in one_line_error(result)
@@ -203,12 +209,13 @@ def test_usage_errors_exit_2_with_one_line(
 def test_success_exits_0_on_every_inventory_and_read_only_command(
     runner: CliRunner, demo: Path, tmp_path: Path
 ) -> None:
+    (tmp_path / "cache" / "onnxruntime-optimized-model").mkdir(parents=True)
     for args in (
         ["engines", "--json"],
         ["devices", "--json"],
         ["inspect", str(demo), "--json"],
         ["cache", "list", "--dir", str(tmp_path), "--json"],
-        ["cache", "clear", "--dir", str(tmp_path), "--json"],
+        ["cache", "clear", "--dir", str(tmp_path / "cache"), "--json"],
         ["cache", "explain", "--json"],
         ["lock", "schema", "--json"],
         ["policy", "kernels", "matmul", "--json"],
@@ -483,3 +490,16 @@ def test_tables_on_a_narrow_terminal_never_break_a_word(
     pieces = {w for w in words if w and w.rstrip("…") in word and w != word}
     assert all(w.endswith("…") and word.startswith(w[:-1]) for w in pieces), printed
     assert any(w.startswith("CPU") for w in words), printed  # the cell is there
+
+
+def test_cache_clear_refuses_a_folder_that_is_not_a_cache(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    """Clearing removes every folder two levels down: never in a home or project folder."""
+    home = tmp_path / "home"
+    (home / "projects" / "thesis").mkdir(parents=True)
+    (home / "projects" / "thesis" / "chapter1.tex").write_text("precious")
+    result = invoke(runner, "cache", "clear", "--dir", str(home))
+    assert result.exit_code == 2
+    assert "does not look like an xpuruntime cache" in one_line_error(result)
+    assert (home / "projects" / "thesis" / "chapter1.tex").read_text() == "precious"

@@ -50,15 +50,39 @@ def _root(folder: str | None, policy_file: str | None) -> Path:
     return cache_root(flags.layered(cache_dir="default").policy.cache_dir)
 
 
+def _engine_names() -> list[str]:
+    from xpuruntime.inference.selection import engine_overview
+
+    return [e.name for e in engine_overview()]
+
+
+def _refuse_a_folder_that_is_not_a_cache(root: Path) -> None:
+    """``clear`` removes every folder two levels below ``root``: on a folder that is not a
+    cache (a home directory, a project) that would be other people's files. A cache holds
+    only kind folders, each named after its engine."""
+    engines = _engine_names()
+    strangers = sorted(
+        p.name
+        for p in root.iterdir()
+        if not p.name.startswith(".") and p.name.split("-")[0] not in engines
+    )
+    if strangers:
+        raise click.UsageError(
+            f"{root} does not look like an xpuruntime cache: it holds "
+            f"{', '.join(repr(n) for n in strangers[:5])}{' ...' if len(strangers) > 5 else ''},"
+            f" and cache folders hold only kind folders named after an engine "
+            f"({', '.join(engines)}); name the cache folder itself"
+        )
+
+
 def _checked_kind(root: Path, kind: str | None) -> str | None:
     """--kind: a kind this cache holds, or one an engine writes (named after the engine)."""
     from xpuruntime.inference.cache import all_entries
-    from xpuruntime.inference.selection import engine_overview
 
     if kind is None:
         return None
     present = sorted({e.kind for e in all_entries(root)})
-    engines = [e.name for e in engine_overview()]
+    engines = _engine_names()
     if kind in present or kind.split("-")[0] in engines:
         return kind
     raise click.BadParameter(
@@ -119,10 +143,13 @@ def list_entries(
 def clear(
     folder: str | None, policy_file: str | None, kind: str | None, json_target: str | None
 ) -> None:
-    """Remove the cache's entries (all, or those of --kind)."""
+    """Remove the cache's entries (all, or those of --kind). A folder that holds anything but
+    the engines' kind folders is refused: it is not a cache."""
     from xpuruntime.inference.cache import clear as clear_cache
 
     root = _root(folder, policy_file)
+    if root.is_dir():
+        _refuse_a_folder_that_is_not_a_cache(root)
     removed = clear_cache(root, _checked_kind(root, kind))
     out = Output(json_target)
     out.print(

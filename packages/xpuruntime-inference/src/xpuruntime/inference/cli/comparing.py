@@ -14,10 +14,12 @@ from xpuruntime.inference.cli.options import (
     InputFlags,
     PolicyFlags,
     bundle_of,
+    checked_engine,
     input_options,
     model_file,
 )
 from xpuruntime.inference.cli.output import Output, json_option
+from xpuruntime.policies import ExecutionPolicy
 from xpuruntime.policies.errors import PolicyError
 
 
@@ -99,8 +101,12 @@ def compare(
 
     try:
         targets = parse_targets(engine_list)
-    except PolicyError as exc:
-        raise click.BadParameter(str(exc), param_hint="--engines") from exc
+        for target in targets:  # unknown names are usage errors, not targets that "cannot run"
+            checked_engine(None, None, target.engine)
+            ExecutionPolicy(device=target.device)
+    except (PolicyError, click.BadParameter) as exc:
+        message = exc.message if isinstance(exc, click.BadParameter) else str(exc)
+        raise click.BadParameter(message, param_hint="--engines") from exc
     bundle = bundle_of(model)
     layered = PolicyFlags.of(options).layered(bundle)
     path = model_file(model)

@@ -151,6 +151,11 @@ def record(json_target: str | None, **options: Any) -> None:
 @json_option("the decisions, locked or fallen back")
 def replay(json_target: str | None, **options: Any) -> None:
     """Run MODEL replaying --lock; says which decisions were locked and which fell back."""
+    if not Path(options["lock_file"]).is_file():
+        raise click.BadParameter(
+            f"{options['lock_file']}: no such lockfile; record one with `xpuruntime lock record`",
+            param_hint="--lock",
+        )
     sess = _run_locked("replay", **options)
     out = Output(json_target)
     out.print(_decisions_table(out, sess))

@@ -113,7 +113,7 @@ def policy_options(func: F) -> F:
             click.option(
                 "--lock",
                 "lock_file",
-                type=click.Path(dir_okay=False),
+                type=click.Path(exists=True, dir_okay=False),
                 help="Replay the decisions of this lockfile: kernels, algorithms and engine "
                 "options as recorded (policy settings lock='replay' and 'lock_file'; record one "
                 "with `xpuruntime lock record`).",
@@ -137,12 +137,13 @@ def checked_engine(_ctx: click.Context | None, _param: click.Parameter | None, v
 
     if value == "auto" or value in discover_engines():
         return value
+    overview = engine_overview()
+    if any(value == e.name or value in e.aliases for e in overview):
+        return value
     try:
         vocabulary.canonical_engine(value)
     except PolicyError:
-        known = [
-            e.name + (f" ({', '.join(e.aliases)})" if e.aliases else "") for e in engine_overview()
-        ]
+        known = [e.name + (f" ({', '.join(e.aliases)})" if e.aliases else "") for e in overview]
         raise click.BadParameter(
             f"unknown engine {value!r}; choose auto or one of: {', '.join(known)}"
         ) from None
