@@ -20,6 +20,8 @@ from xpuruntime.inference.placement import (
     classify,
     record_placement,
 )
+from xpuruntime.policies import ExecutionPolicy
+from xpuruntime.runtime.decisions import Decisions
 from xpuruntime.runtime.errors import FallbackError
 from xpuruntime.runtime.record import ExecutionRecord
 
@@ -198,13 +200,12 @@ def _record(classes: list[tuple[str, str]], **policy: str) -> ExecutionRecord:
     nodes = _placed(graph, on_cpu)
     analysis = ShapeAnalysis(graph, {n.name: n.device for n in nodes}, CUDA)
     record = ExecutionRecord(kind="inference")
+    settings = {"fallback": "error", "host_shape_compute": "allow", **policy}
     record_placement(
-        record,
+        Decisions(ExecutionPolicy(**settings), record=record),  # type: ignore[arg-type]
         classify(nodes, requested=CUDA, analysis=analysis, elsewhere_reason="declined"),
         requested=CUDA,
         precision="fp32",
-        fallback=policy.get("fallback", "error"),  # type: ignore[arg-type]
-        host_shape_compute=policy.get("host_shape_compute", "allow"),
     )
     return record
 

@@ -175,7 +175,7 @@ def _inference_session(model: Path, kernel: KernelPolicy, fallback: str, device:
 
 def _inference_mapping_for_cuda(model: Path, kernel: KernelPolicy, fallback: str) -> Any:
     """What the onnxruntime engine decides for its CUDA provider (no GPU needed)."""
-    ExecutionPolicy(device="cuda", fallback=fallback, kernel_policy=kernel)  # type: ignore[arg-type]
+    policy = ExecutionPolicy(device="cuda", fallback=fallback, kernel_policy=kernel)  # type: ignore[arg-type]
     record = ExecutionRecord(kind="inference")
     apply_kernel_policy(
         kernel,
@@ -183,8 +183,7 @@ def _inference_mapping_for_cuda(model: Path, kernel: KernelPolicy, fallback: str
         device="cuda:0",
         op_types={node.op_type for node in onnx.load(model).graph.node},
         support=kernel_support(CUDA_EP),
-        record=record,
-        fallback=fallback,
+        decisions=Decisions(policy, record=record),
     )
     return record
 

@@ -43,7 +43,8 @@ from xpuruntime.inference.errors import CacheError
 from xpuruntime.policies.bundle import file_sha256 as file_digest
 
 if TYPE_CHECKING:
-    from xpuruntime.runtime.record import ExecutionRecord, FallbackMode
+    from xpuruntime.runtime.decisions import Decisions
+    from xpuruntime.runtime.record import ExecutionRecord
 
 __all__ = [
     "CacheEntry",
@@ -472,16 +473,14 @@ def _sweep_stale(root: Path, max_age_s: float = STALE_STAGING_S) -> None:
 
 
 def open_entry(
-    cache_dir: str | os.PathLike[str] | None,
-    key: CacheKey,
-    record: ExecutionRecord,
-    mode: FallbackMode,
+    cache_dir: str | os.PathLike[str] | None, key: CacheKey, decisions: Decisions
 ) -> CacheLookup | None:
     """Look ``key`` up for a session and write the result to ``record.cache[kind]``.
 
-    An unusable cache folder is a fallback ("no cache") under the policy's mode: ``error``
+    An unusable cache folder is a fallback ("no cache") under the fallback rule: ``error``
     raises FallbackError, ``warn``/``allow`` record it and the session runs uncached.
     """
+    record = decisions.record
     try:
         lookup = ContentCache(cache_dir, key.kind).lookup(key)
     except CacheError as exc:
@@ -492,12 +491,11 @@ def open_entry(
             "explanation": f"disabled: {exc}",
             "components": dict(key.components),
         }
-        record.fallback(
+        decisions.fallback(
             what=f"cache {key.kind}",
             requested=str(cache_root(cache_dir)),
             chosen="no cache",
             reason=str(exc),
-            mode=mode,
         )
         return None
     record.cache[key.kind] = lookup.as_record()

@@ -18,6 +18,7 @@ from xpuruntime.runtime.record import DecisionRecord, ExecutionRecord
 
 if TYPE_CHECKING:
     from xpuruntime.policies import KernelPolicy
+    from xpuruntime.runtime.decisions import Decisions
 
 # ONNX op types that each policy op stands for.
 OP_TYPES: dict[str, frozenset[str]] = {
@@ -58,8 +59,7 @@ def apply_kernel_policy(
     device: str,
     op_types: Collection[str],
     support: SupportTable,
-    record: ExecutionRecord,
-    fallback: str,
+    decisions: Decisions,
 ) -> dict[str, Any]:
     """Record a decision per policy entry; return the engine options to set.
 
@@ -68,6 +68,7 @@ def apply_kernel_policy(
     a fallback (warned unless the policy says "allow").
     """
     options: dict[str, Any] = {}
+    record = decisions.record
     if policy is None:
         return options
     present = set(op_types)
@@ -97,13 +98,12 @@ def apply_kernel_policy(
         )
         add_setting(record, name, f"{kernel} ({mode})", _applied(found), False, reason)
         chosen = f"{engine}'s own choice"
-        record.kernel_fallback(
+        decisions.kernel_fallback(
             op=op,
             kernel=kernel,
             entry_mode=mode,
             chosen=chosen,
             reason=reason,
-            mode=fallback,  # type: ignore[arg-type]
             hint="Use another engine that runs it. ",
         )
         _decide(record, op, chosen, mode, reason, device)

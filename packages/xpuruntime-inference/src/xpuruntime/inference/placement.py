@@ -29,15 +29,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xpuruntime.inference.errors import HostShapeComputeError
-from xpuruntime.runtime.record import (
-    ExecutionRecord,
-    FallbackMode,
-    NodeRecord,
-    Placement,
-)
+from xpuruntime.runtime.record import NodeRecord, Placement
+
+if TYPE_CHECKING:
+    from xpuruntime.runtime.decisions import Decisions
 
 #: Ops whose output lives on the host whatever the device (their GPU kernels write the result
 #: to CPU memory): where a shape subgraph starts.
@@ -302,18 +300,18 @@ def classify(
 
 
 def record_placement(
-    record: ExecutionRecord,
+    decisions: Decisions,
     classified: Sequence[Classified],
     *,
     requested: str,
     precision: str | None,
-    fallback: FallbackMode,
-    host_shape_compute: str,
     fallback_recorded: bool = False,
 ) -> None:
-    """Fill ``record.nodes`` and apply the policy: fallbacks through ``record.fallback`` (unless
-    ``fallback_recorded``: a whole-model fallback already said so), host-side shape nodes per
-    ``host_shape_compute``."""
+    """Fill the record's nodes and apply the policy: fallbacks through the fallback rule
+    (unless ``fallback_recorded``: a whole-model fallback already said so), host-side shape
+    nodes per ``ExecutionPolicy.host_shape_compute``."""
+    record = decisions.record
+    host_shape_compute = decisions.policy.host_shape_compute
     record.nodes.extend(
         NodeRecord(
             name=c.node.name,
@@ -347,11 +345,10 @@ def record_placement(
     if fallen and not fallback_recorded:
         nodes = [c.node for c in fallen]
         reasons = list(dict.fromkeys(c.reason for c in fallen))
-        record.fallback(
+        decisions.fallback(
             what=f"{len(fallen)} node(s) {name_nodes(nodes)}",
             requested=requested,
             chosen=", ".join(sorted({n.device for n in nodes})),
             reason=reasons[0]
             + (f" (and {len(reasons) - 1} other reason(s))" if len(reasons) > 1 else ""),
-            mode=fallback,
         )

@@ -113,6 +113,7 @@ class OnnxRuntimeAdapter(EngineAdapter):
             kernel_options=plan.kernel_options,
             free_dims=plan.free_dims,
             stream_handle=None if stream is None else int(stream.handle),
+            strict_fallback=decisions.fallback_raises,
         )
         plan.options.update(config=config, device_index=index, stream=stream)
         plan.keep_alive += [stream, config]
@@ -173,10 +174,9 @@ class OnnxRuntimeAdapter(EngineAdapter):
             )
             return
         record_assignment(
-            record,
+            decisions,
             nodes,
             requested=str(plan.target.native),
-            policy=plan.policy,
             graph=plan.info.graph,
             precision=plan.precision,
             cpu_preferred=cpu_preferred_nodes(plan.options.get("logged", ())),

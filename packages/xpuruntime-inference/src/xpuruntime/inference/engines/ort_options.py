@@ -73,8 +73,11 @@ def build_config(
     kernel_options: Mapping[str, Any],
     free_dims: Mapping[str, int],
     stream_handle: int | None,
+    strict_fallback: bool,
 ) -> OrtConfig:
-    """SessionOptions and providers for ``provider`` under ``policy``; fills ``record.settings``."""
+    """SessionOptions and providers for ``provider`` under ``policy``; fills ``record.settings``.
+
+    ``strict_fallback``: a fallback raises (``Decisions.fallback_raises``)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -216,7 +219,7 @@ def build_config(
     so.add_session_config_entry(RECORD_ASSIGNMENT, "1")
     strict_placement = (
         provider != CPU_EP
-        and policy.fallback == "error"
+        and strict_fallback
         and policy.host_shape_compute == "forbid"
         and not can_report_assignment(ort)
     )

@@ -90,8 +90,7 @@ def build_session(
             device=target.device,
             op_types=info.op_types if info is not None else (),
             support=support,
-            record=record,
-            fallback=policy.fallback,
+            decisions=decisions,
         )
         if support is not None
         else {}
@@ -200,7 +199,7 @@ def _open_cache(
         **adapter.cache_components(plan),
     }
     key = CacheKey(adapter.cache_kind, components)
-    return open_entry(policy.cache_dir, key, decisions.record, policy.fallback)
+    return open_entry(policy.cache_dir, key, decisions)
 
 
 def _build(adapter: EngineAdapter, plan: BuildPlan, decisions: Decisions) -> Any:

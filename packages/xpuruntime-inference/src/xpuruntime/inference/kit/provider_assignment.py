@@ -22,8 +22,7 @@ from xpuruntime.inference.placement import (
 )
 
 if TYPE_CHECKING:
-    from xpuruntime.policies import ExecutionPolicy
-    from xpuruntime.runtime.record import ExecutionRecord
+    from xpuruntime.runtime.decisions import Decisions
 
 #: The config entry that makes ONNX Runtime keep the node assignment.
 RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
@@ -64,18 +63,17 @@ def can_report_assignment(ort: Any) -> bool:
 
 
 def record_assignment(
-    record: ExecutionRecord,
+    decisions: Decisions,
     nodes: list[PlacedNode],
     *,
     requested: str,
-    policy: ExecutionPolicy,
     graph: Any,
     precision: str | None,
     fallback_recorded: bool = False,
     cpu_preferred: frozenset[str] = frozenset(),
 ) -> None:
     """Classify ONNX Runtime's placement against ``graph`` (the model's GraphProto) and apply
-    ``policy`` to it (fallback mode, host_shape_compute). ``cpu_preferred``: the nodes ONNX
+    the policy to it (the fallback rule, host_shape_compute). ``cpu_preferred``: the nodes ONNX
     Runtime itself reported keeping on the CPU as shape work (:func:`cpu_preferred_nodes`);
     the engine's word wins over the graph analysis."""
     elsewhere = [n for n in nodes if n.device != requested]
@@ -93,11 +91,9 @@ def record_assignment(
         "because the CPU path is faster than copying its small inputs (GetCpuPreferredNodes)",
     )
     record_placement(
-        record,
+        decisions,
         classified,
         requested=requested,
         precision=precision,
-        fallback=policy.fallback,
-        host_shape_compute=policy.host_shape_compute,
         fallback_recorded=fallback_recorded,
     )

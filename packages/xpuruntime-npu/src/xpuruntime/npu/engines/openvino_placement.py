@@ -69,12 +69,10 @@ def record_nodes(
         elsewhere_reason=f"{target.compile_device} reports EXECUTION_DEVICES={executed}",
     )
     record_placement(
-        record,
+        decisions,
         classified,
         requested=requested,
         precision=None,
-        fallback=decisions.policy.fallback,
-        host_shape_compute=decisions.policy.host_shape_compute,
         fallback_recorded=True,
     )
     return True

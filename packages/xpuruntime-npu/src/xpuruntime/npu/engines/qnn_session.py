@@ -107,10 +107,9 @@ def check_assignment(
     io_qdq = graph_io_qdq(graph) if offload_io and graph is not None else frozenset()
     offloaded = [n for n in nodes if n.name in io_qdq and n.device != qnn_backend.EP_NAME]
     record_assignment(
-        record,
+        decisions,
         [n for n in nodes if n not in offloaded],
         requested=qnn_backend.EP_NAME,
-        policy=decisions.policy,
         graph=graph,
         precision=precision,
         fallback_recorded=qnn_backend.EP_NAME not in session.get_providers(),
