@@ -1,4 +1,5 @@
-"""``xpuruntime-policy validate`` lists every error of a file, not only the first."""
+"""``xpuruntime-policy``: validate lists every error of a file; --json-out never writes over
+an input."""
 
 from __future__ import annotations
 
@@ -59,3 +60,19 @@ def test_a_file_that_does_not_parse_has_one_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(policy, ["validate", str(path)])
     assert result.exit_code == 1
     assert len([x for x in result.stderr.splitlines() if x.startswith("error:")]) == 1
+
+
+def test_json_out_never_writes_over_the_policy_file(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text("schema_version: 1\nexecution:\n  precision: fp16\n")
+    before = path.read_text()
+    for command in (["hash", str(path)], ["show", str(path)], ["validate", str(path)]):
+        result = CliRunner().invoke(policy, [*command, "--json-out", str(path)])
+        assert result.exit_code == 2, result.output
+        assert "it is one of the command's inputs" in result.output
+    assert path.read_text() == before
+    written = tmp_path / "hash.json"
+    assert (
+        CliRunner().invoke(policy, ["hash", str(path), "--json-out", str(written)]).exit_code == 0
+    )
+    assert json.loads(written.read_text())["sha256"]
