@@ -503,3 +503,18 @@ def test_cache_clear_refuses_a_folder_that_is_not_a_cache(
     assert result.exit_code == 2
     assert "does not look like an xpuruntime cache" in one_line_error(result)
     assert (home / "projects" / "thesis" / "chapter1.tex").read_text() == "precious"
+
+
+def test_an_openvino_lock_entry_holds_openvino_names_not_python_reprs(
+    runner: CliRunner, demo: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("openvino")
+    lock = tmp_path / "ov.lock.json"
+    args = ["lock", "record", str(demo), "--lock", str(lock), "--engine", "openvino"]
+    recorded = invoke(runner, *args, "--dim", "batch=1")
+    assert recorded.exit_code == 0, recorded.output
+    (entry,) = json.loads(invoke(runner, "lock", "show", str(lock), "--json").stdout)["entries"]
+    options = entry["choice"]["options"]
+    assert all("<" not in value for value in options.values()), options
+    if "INFERENCE_PRECISION_HINT" in options:
+        assert options["INFERENCE_PRECISION_HINT"] in ("f32", "f16", "bf16")
