@@ -381,3 +381,58 @@ def test_the_cli_imports_no_plotting_or_model_explorer() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_explore_serves_model_explorer_on_loopback_only(tmp_path: Path) -> None:
+    """``explore`` without --node-data-out: Model Explorer answers on 127.0.0.1, with the
+    overlays in its page's configuration, and on no other address."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    pytest.importorskip("model_explorer", reason="needs the explore extra")
+    path = shape_model(tmp_path / "m.onnx")
+    port = _free_port()
+    command = [
+        sys.executable, "-c", "from xpuruntime.inference.cli import main; main()",
+        "explore", str(path),
+        "--engine", "onnxruntime", "--device", "cpu", "--input-shapes", "x:3x4",
+        "--no-times", "--port", str(port), "--no-browser",
+    ]  # fmt: skip
+    server = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300  # Model Explorer loads all its adapters first
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as page:
+                    assert page.status == 200
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                assert server.poll() is None, server.stdout.read() if server.stdout else ""
+                assert time.monotonic() < deadline, "Model Explorer did not start in 300 s"
+                time.sleep(1)
+        address = socket.gethostbyname(socket.gethostname())
+        if not address.startswith("127."):
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection((address, port), timeout=5).close()
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)  # the server and any child it started
+        output = server.communicate(timeout=30)[0]
+    assert "placement.json" in output
+    assert f"http://127.0.0.1:{port}/?data=" in output
