@@ -48,7 +48,7 @@ from xpuruntime.runtime.record import FallbackWarning  # noqa: E402
 _CANDIDATES = {
     "onnxruntime": ("cpu", True),
     "openvino": ("cpu", True),
-    "qnn": ("npu", False),
+    "qnn": ("cpu", False),  # the HTP simulator: QNN's device where no NPU is present
     "tensorrt": ("cuda:0", True),
 }
 

@@ -211,7 +211,7 @@ def build_config(
         so.profile_file_prefix = f"{profile_dir}/onnxruntime"
         add_setting(record, "profiling", True, "enable_profiling=True", True)
 
-    # Node placement: recorded always and checked from the assignment (ort_placement), which
+    # Node placement: recorded always and checked from the assignment (kit.provider_assignment), which
     # tells host-side shape computation from fallbacks. ONNX Runtime's own
     # session.disable_cpu_ep_fallback cannot tell them apart (it refuses the CPU-preferred
     # shape nodes every GPU model has), so it is used only where ONNX Runtime cannot report
