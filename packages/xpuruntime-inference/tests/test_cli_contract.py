@@ -518,3 +518,24 @@ def test_an_openvino_lock_entry_holds_openvino_names_not_python_reprs(
     assert all("<" not in value for value in options.values()), options
     if "INFERENCE_PRECISION_HINT" in options:
         assert options["INFERENCE_PRECISION_HINT"] in ("f32", "f16", "bf16")
+
+
+def test_save_outputs_keeps_every_file_in_the_folder(runner: CliRunner, tmp_path: Path) -> None:
+    """Output names may hold "/" and ".."; the files stay inside --save-outputs."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["../../escaped/y"], name="relu")],
+        "slashes",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("../../escaped/y", TensorProto.FLOAT, [2])],
+    )
+    model = tmp_path / "slashes.onnx"
+    onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx_model.ir_version = 8
+    model.write_bytes(onnx_model.SerializeToString())
+    folder = tmp_path / "a" / "b" / "out"
+    result = invoke(runner, "run", str(model), "--save-outputs", str(folder))
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in folder.iterdir()] == ["_.._escaped_y.npy"]
+    assert not (tmp_path / "a" / "escaped").exists()

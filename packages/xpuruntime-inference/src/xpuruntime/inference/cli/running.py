@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,8 @@ def _outputs(outputs: dict[str, Any]) -> list[dict[str, Any]]:
 @click.option(
     "--save-outputs",
     type=click.Path(file_okay=False),
-    help="Write each output as NAME.npy into this folder.",
+    help="Write each output as NAME.npy into this folder (characters other than letters, "
+    "digits, '.', '-' and '_' become '_').",
 )
 @json_option("the outputs (names, dtypes, shapes, previews), latency and record")
 def run(
@@ -113,6 +115,12 @@ def run(
     )
 
 
+def _npy_name(output: str) -> str:
+    """The file an output is saved to: ONNX names may hold "/" ("/fc/Gemm_output_0") or
+    "..", which must not lead out of the folder."""
+    return re.sub(r"[^\w.-]", "_", output).lstrip(".") + ".npy"
+
+
 def _check_save_folder(folder: Path, names: list[str], given: dict[str, Any]) -> None:
     """NAME.npy per output in ``folder``: never over an input or a file that is not .npy."""
     if not folder.exists():
@@ -120,7 +128,7 @@ def _check_save_folder(folder: Path, names: list[str], given: dict[str, Any]) ->
     if not folder.is_dir():
         raise click.UsageError(f"--save-outputs {folder}: it is a file, not a folder")
     for name in names:
-        check_output_file(folder / f"{name}.npy", "npy", given)
+        check_output_file(folder / _npy_name(name), "npy", given)
 
 
 def _save_outputs(folder: Path, outputs: dict[str, Any]) -> None:
@@ -129,7 +137,7 @@ def _save_outputs(folder: Path, outputs: dict[str, Any]) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for name, value in outputs.items():
-            np.save(folder / f"{name}.npy", as_host_array(value)[0])
+            np.save(folder / _npy_name(name), as_host_array(value)[0])
     except OSError as exc:
         raise click.ClickException(
             f"cannot write the outputs to {folder}: {exc.strerror or exc}"
