@@ -38,7 +38,6 @@ from xpuruntime.policies.lock import (
 if TYPE_CHECKING:
     from xpuruntime.policies import ExecutionPolicy
     from xpuruntime.policies.lock import Candidate, Domain
-    from xpuruntime.runtime.record import ExecutionRecord
 
 __all__ = [
     "LockStore",
@@ -46,7 +45,6 @@ __all__ = [
     "current_environment",
     "environment_differences",
     "lock_store",
-    "replay_fallback",
 ]
 
 #: Packages whose version decides what a domain chooses ("engine upgraded").
@@ -154,25 +152,6 @@ def find_replayable(
             return Replay(entry)
         refusals.append("; ".join(differences))
     return Replay(None, "locked in another environment: " + " | ".join(refusals))
-
-
-def replay_fallback(
-    record: ExecutionRecord,
-    *,
-    what: str,
-    locked: str,
-    chosen: str,
-    reason: str,
-    mode: str,
-) -> None:
-    """A locked decision that cannot be replayed goes through the policy's fallback mode."""
-    record.fallback(
-        what=f"lock: {what}",
-        requested=locked,
-        chosen=chosen,
-        reason=reason,
-        mode=mode,  # type: ignore[arg-type]  # ExecutionPolicy.fallback's values
-    )
 
 
 class LockStore:

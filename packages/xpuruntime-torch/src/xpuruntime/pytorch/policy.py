@@ -12,15 +12,18 @@ passed (or ``$XPURUNTIME_POLICY_FILE``) < ``XPURUNTIME_POLICY_*`` variables < ``
 keyword arguments (:func:`xpuruntime.policies.layered_policy`); the record's
 ``policy_sources`` says which layer set each setting.
 
-Each application is verified: every switch is read back after writing, and the
-:class:`~xpuruntime.runtime.record.ExecutionRecord` (``kind="training"``) says what was
-requested, what PyTorch reports, and whether it was honoured. A kernel PyTorch cannot honour
-on the devices the training runs on goes through
-:meth:`~xpuruntime.runtime.record.ExecutionRecord.kernel_fallback`, the rule inference
-engines follow too: pinned under ``fallback="error"`` it raises
+Each application is verified: every switch the policy writes is read back after writing,
+and the :class:`~xpuruntime.runtime.record.ExecutionRecord` (``kind="training"``) says what
+was requested, what PyTorch reports, and whether it was honoured. Each applied policy has its
+:class:`~xpuruntime.runtime.decisions.Decisions` (:func:`current_decisions`), which owns the
+record and the fallback rule the inference engines follow too: a kernel PyTorch cannot honour
+on the devices the training runs on, pinned under ``fallback="error"``, raises
 :class:`~xpuruntime.runtime.errors.UnsupportedOperationError` and leaves the previous state in
-place; otherwise it is a recorded fallback. Anything else not honoured goes through
-``record.fallback``.
+place; otherwise it is a recorded fallback, as is anything else not honoured.
+
+Applying a policy again with the environment unchanged costs a lookup: the layering and the
+plan are cached on the arguments and the ``XPURUNTIME_POLICY_*`` variables, and only the
+switches the policy touches are read, written and (on leaving a scope) restored.
 """
 
 from __future__ import annotations
