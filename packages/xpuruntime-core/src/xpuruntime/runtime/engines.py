@@ -145,7 +145,8 @@ class Engine(abc.ABC):
         """Load ``model`` for ``device`` under the policies, filling ``record`` as it goes.
 
         Every policy setting the engine maps goes into ``record.settings`` (honoured or
-        not); every fallback goes through ``record.fallback(...)``.
+        not); every fallback goes through a :class:`~xpuruntime.runtime.decisions.Decisions`
+        over ``exec_policy`` and ``record`` (never a mode passed by hand).
         """
 
 

@@ -11,9 +11,10 @@ one (fields added since have defaults), and rejects a newer version or a field i
 know with :class:`RecordSchemaError`, which says to upgrade xpuruntime: a record is never read
 half-understood.
 
-Fallbacks go through :meth:`ExecutionRecord.fallback`, the single place that applies the
-policy's ``fallback`` mode (``error`` raises, ``warn`` warns and records, ``allow`` records),
-so no engine can fall back without a trace.
+Fallbacks go through :class:`~xpuruntime.runtime.decisions.Decisions`, which applies the
+policy's ``fallback`` mode (``error`` raises, ``warn`` warns and records, ``allow`` records)
+through :meth:`ExecutionRecord.fallback`, so no engine can fall back without a trace and no
+caller picks the mode by hand.
 """
 
 from __future__ import annotations
