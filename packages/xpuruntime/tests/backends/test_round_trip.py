@@ -61,6 +61,20 @@ class Case:
     other: tuple[int, int] = (3, 5)
     forms: str = "installed"  # "installed": the probed forms; "decomposition": forced
     heavy: bool = False
+    dtype: str = "float32"
+
+    @property
+    def tolerance(self) -> float:
+        return 1e-2 if self.dtype == "float16" else 1e-4
+
+    def example(self, batch: int, length: int) -> tuple[Any, ...]:
+        """The inputs in the case's dtype (token ids stay integers)."""
+        import torch
+
+        dtype = getattr(torch, self.dtype)
+        return tuple(
+            t.to(dtype) if t.is_floating_point() else t for t in self.inputs(batch, length)
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -219,6 +233,8 @@ CASES: dict[str, Case] = {
     "cnn": Case(_cnn, lambda b, n: _images(b, n), exported=(2, 16), other=(3, 12)),
     "fused_block": Case(_fused_block, _features),
     "fused_block_decomposed": Case(_fused_block, _features, forms="decomposition"),
+    # Trained in float32, served in float16.
+    "fused_block_fp16": Case(_fused_block, _features, dtype="float16"),
     "llama": Case(_llama, _tokens),
     "bert": Case(_bert, _tokens),
     "gpt2": Case(_gpt2, _tokens, heavy=True),
@@ -283,9 +299,15 @@ def _bundle(name: str, folder: Path) -> tuple[Path, Any]:
     )
     forms = choose_forms(()) if case.forms == "decomposition" else None
     with xrt_torch.kernel_policy(exec_policy=policy):
-        _train(model, case)
+        _train(model, case)  # in float32; a float16 case is then served in float16
+        model.to(getattr(torch, case.dtype))
         bundle = xrt_torch.export(
-            model, case.inputs(*case.exported), folder / name, atol=1e-4, forms=forms
+            model,
+            case.example(*case.exported),
+            folder / name,
+            rtol=max(case.tolerance, 1e-3),
+            atol=case.tolerance,
+            forms=forms,
         )
     _bundles[name] = (bundle, model)
     return bundle, model
@@ -322,29 +344,46 @@ def test_round_trip_on_onnxruntime_cuda(name: str, bundles: Path) -> None:
     _serve_and_check(name, "onnxruntime", "cuda", bundles)
 
 
+def _openvino_cpu_fp16() -> bool:
+    """Whether OpenVINO's CPU plugin computes in float16 on this machine (its own report)."""
+    import openvino
+
+    return "FP16" in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+
+
 def _serve_and_check(name: str, engine: str, device: str, bundles: Path) -> None:
     import torch
 
     import xpuruntime as xrt
+    from xpuruntime.runtime.errors import FallbackError
 
     case = CASES[name]
     bundle, model = _bundle(name, bundles)
+    options: dict[str, Any] = {}
+    if case.dtype == "float16" and engine == "openvino" and not _openvino_cpu_fp16():
+        # The bundle's strict policy refuses to run a float16 model in float32; allowed,
+        # OpenVINO runs it (upcast) and it verifies.
+        with pytest.raises(FallbackError, match="precision"):
+            xrt.InferenceSession(str(bundle), device=device, engine=engine)
+        options["fallback"] = "allow"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the bundle opens under its own strict policy, quietly
-        session = xrt.InferenceSession(str(bundle), device=device, engine=engine)
+        session = xrt.InferenceSession(str(bundle), device=device, engine=engine, **options)
     assert session.engine == engine
     report = session.verify()
     assert report.passed, str(report)
 
     # Other batch and sequence sizes than the exported ones: the bundle kept them dynamic.
-    inputs = case.inputs(*case.other)
+    inputs = case.example(*case.other)
     feeds = {n: t.numpy() for n, t in zip(session.input_names, inputs, strict=True)}
     outputs = session.run(feeds)
     with torch.no_grad():
         expected = model(*inputs)
     expected = expected if isinstance(expected, tuple) else (expected,)
     for name_, want in zip(session.output_names, expected, strict=True):
-        np.testing.assert_allclose(outputs[name_], want.numpy(), rtol=1e-3, atol=1e-4)
+        np.testing.assert_allclose(
+            outputs[name_], want.numpy(), rtol=max(case.tolerance, 1e-3), atol=case.tolerance
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -443,4 +482,16 @@ def test_an_op_without_onnx_form_is_a_typed_error(tmp_path: Path) -> None:
 
     with pytest.raises(ExportError, match=r"fused_attention cannot export.*4-D"):
         xrt_torch.export(FiveD().eval(), (torch.randn(2, 2, 2, 4, 8),), tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_bfloat16_model_is_refused_before_exporting(tmp_path: Path) -> None:
+    import torch
+
+    import xpuruntime.pytorch as xrt_torch
+    from xpuruntime.policies.bundle import ExportError
+
+    model = torch.nn.Linear(8, 8).to(torch.bfloat16).eval()
+    with pytest.raises(ExportError, match="export it in float16 or float32"):
+        xrt_torch.export(model, (torch.randn(2, 8, dtype=torch.bfloat16),), tmp_path / "b")
     assert not (tmp_path / "b").exists()

@@ -86,6 +86,9 @@ class ExportRecord(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         dict[str, dict[str, str]],
         Meta(description="'engine version' -> standard op type -> 'runs' or its refusal."),
     ]
+    probed_dtype: Annotated[str, Meta(description="The dtype the engines were probed in.")] = (
+        "float32"
+    )
     forms: Annotated[dict[str, str], Meta(description="op family -> the form it took, why.")]
     fused: Annotated[
         dict[str, int],

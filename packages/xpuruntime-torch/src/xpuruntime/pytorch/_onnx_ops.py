@@ -152,6 +152,9 @@ def _attention(standard: bool) -> Callable[..., Any]:
             query, key, value = (_unsqueeze(t, 1) for t in (query, key, value))
             if attn_mask is not None and _rank(attn_mask) == 3:
                 attn_mask = _unsqueeze(attn_mask, 1)
+        if attn_mask is not None and attn_mask.dtype != ir.DataType.BOOL:
+            # An additive mask in the scores' type (SDPA takes a float32 one for fp16 too).
+            attn_mask = _op18.CastLike(attn_mask, query)
         if standard:
             attributes: dict[str, Any] = {"is_causal": int(is_causal)}
             if scale is not None:

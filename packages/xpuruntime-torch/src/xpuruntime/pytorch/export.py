@@ -60,6 +60,12 @@ def _flatten(value: Any, prefix: str = "output") -> list[tuple[str, torch.Tensor
 
 
 def _host(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
+    if tensor.dtype == torch.bfloat16:  # NumPy, and so the engines' feeds, have no bfloat16
+        raise ExportError(
+            "the model takes or returns bfloat16 tensors, which a bundle's reference inputs"
+            " and outputs (NumPy) and the engines' feeds cannot hold; export it in float16"
+            " or float32 (model.to(torch.float16) and inputs to match)"
+        )
     array: np.ndarray[Any, Any] = tensor.detach().to("cpu").contiguous().numpy()
     return array
 
@@ -115,7 +121,6 @@ def export(
                 f"{folder} exists; pass overwrite=True to replace it, or choose another path"
             )
         shutil.rmtree(folder)
-    folder.mkdir(parents=True)
     args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     execution = policy or policy_state.get_execution_policy() or ExecutionPolicy()
     kernel = policy_state.get_kernel_policy() if policy is None else None
@@ -133,11 +138,16 @@ def export(
 
     with torch.no_grad():
         expected = _flatten(model(*args))
+    tensors = [t for t in args if isinstance(t, torch.Tensor)]
+    # Host copies first: a tensor a bundle cannot hold is refused before the export's cost.
+    reference_in = [_host(t) for t in tensors]
+    reference_out = [_host(t) for _, t in expected]
+    folder.mkdir(parents=True)
     onnx_path = folder / "model.onnx"
     if forms is None:
         from xpuruntime.pytorch.onnx_forms import choose_forms
 
-        forms = choose_forms()
+        forms = choose_forms(dtype=_float_dtype(model, args))
     if dynamic_shapes is None:
         dynamic_shapes = _auto_dynamic(args)
     # Traced with PyTorch's own switches: tracing does not depend on them, and torch.export
@@ -170,16 +180,13 @@ def export(
             f"the ONNX model has {len(output_names)} outputs but the model returned"
             f" {len(expected)} tensors; export models whose outputs are all tensors"
         )
-    tensors = [t for t in args if isinstance(t, torch.Tensor)]
     if len(tensors) != len(input_names):
         raise BundleError(
             f"the ONNX model has inputs {input_names} but example_inputs hold {len(tensors)}"
             " tensors; pass the model's tensor inputs positionally"
         )
-    reference = {f"input/{n}": _host(t) for n, t in zip(input_names, tensors, strict=True)}
-    reference.update(
-        {f"output/{n}": _host(t) for n, (_, t) in zip(output_names, expected, strict=True)}
-    )
+    reference = {f"input/{n}": a for n, a in zip(input_names, reference_in, strict=True)}
+    reference.update({f"output/{n}": a for n, a in zip(output_names, reference_out, strict=True)})
     np.savez(folder / "reference.npz", **reference)  # type: ignore[arg-type]
 
     from xpuruntime.policies.lock import served_policy_hash
@@ -201,6 +208,7 @@ def export(
     record = ExportRecord(
         opset=forms.opset,
         engines={f"{probe.engine} {probe.version}": dict(probe.results) for probe in forms.engines},
+        probed_dtype=forms.dtype,
         forms={family: forms.describe(family) for family in forms.forms},
         fused=fused,
         ops=exported_ops(graph, forms, trained),
@@ -225,6 +233,14 @@ def export(
         export=record,
     ).save(folder)
     return folder
+
+
+def _float_dtype(model: torch.nn.Module, args: tuple[Any, ...]) -> str:
+    """The floating dtype the model computes in: its first floating parameter's, else its
+    first floating input's, else float32."""
+    tensors = [*model.parameters(), *(a for a in args if isinstance(a, torch.Tensor))]
+    dtype = next((t.dtype for t in tensors if t.is_floating_point()), torch.float32)
+    return str(dtype).removeprefix("torch.")
 
 
 def _auto_dynamic(args: tuple[Any, ...]) -> tuple[Any, ...]:

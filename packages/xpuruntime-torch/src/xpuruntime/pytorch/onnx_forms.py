@@ -61,6 +61,7 @@ class Forms(msgspec.Struct, frozen=True):
     opset: int
     forms: dict[str, str]
     engines: list[EngineProbe]
+    dtype: str = "float32"  # the dtype the engines were probed in
 
     def standard(self, family: str) -> bool:
         return self.forms.get(family) == "standard"
@@ -85,17 +86,23 @@ class Forms(msgspec.Struct, frozen=True):
 
 
 def _model(node: Any, inputs: dict[str, np.ndarray[Any, Any]], opset: int) -> bytes:
-    from onnx import TensorProto, helper
+    from onnx import helper
 
     graph = helper.make_graph(
         [node],
         "probe",
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape) for n, a in inputs.items()],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info(n, _onnx_type(a), a.shape) for n, a in inputs.items()],
+        [helper.make_tensor_value_info("y", _onnx_type(next(iter(inputs.values()))), None)],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = _IR_VERSION
     return bytes(model.SerializeToString())
+
+
+def _onnx_type(array: np.ndarray[Any, Any]) -> int:
+    from onnx import helper
+
+    return int(helper.np_dtype_to_tensor_dtype(array.dtype))
 
 
 def _softmax(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -103,9 +110,20 @@ def _softmax(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return e / e.sum(axis=-1, keepdims=True)  # type: ignore[no-any-return]
 
 
-def _cases() -> dict[str, tuple[bytes, dict[str, np.ndarray[Any, Any]], np.ndarray[Any, Any]]]:
-    """op type -> (one-node model, feeds, the reference output). Causal, grouped-query
-    attention: the hardest form the translations emit."""
+Case = tuple[bytes, dict[str, np.ndarray[Any, Any]], np.ndarray[Any, Any]]
+
+
+def _cases(dtype: str) -> dict[str, Case]:
+    """op type -> (one-node model in ``dtype``, feeds, the float32 reference output).
+    Causal, grouped-query attention: the hardest form the translations emit."""
+    return {
+        op_type: (_model(node, {n: a.astype(dtype) for n, a in feeds.items()}, opset),
+                  {n: a.astype(dtype) for n, a in feeds.items()}, want)
+        for op_type, (node, feeds, opset, want) in _float32_cases().items()
+    }  # fmt: skip
+
+
+def _float32_cases() -> dict[str, tuple[Any, dict[str, np.ndarray[Any, Any]], int, Any]]:
     from onnx import helper
 
     rng = np.random.default_rng(0)
@@ -132,34 +150,21 @@ def _cases() -> dict[str, tuple[bytes, dict[str, np.ndarray[Any, Any]], np.ndarr
     make = helper.make_node
     return {
         "Attention": (
-            _model(make("Attention", ["q", "k", "v"], ["y"], is_causal=1), {"q": q, "k": k, "v": v}, 23),
-            {"q": q, "k": k, "v": v},
-            attention,
+            make("Attention", ["q", "k", "v"], ["y"], is_causal=1),
+            {"q": q, "k": k, "v": v}, 23, attention,
         ),
         "RMSNormalization": (
-            _model(make("RMSNormalization", ["x", "w"], ["y"], axis=-1, epsilon=1e-5), {"x": x, "w": w}, 23),
-            {"x": x, "w": w},
-            rmsnorm,
+            make("RMSNormalization", ["x", "w"], ["y"], axis=-1, epsilon=1e-5),
+            {"x": x, "w": w}, 23, rmsnorm,
         ),
         "LayerNormalization": (
-            _model(
-                make("LayerNormalization", ["x", "w", "b"], ["y"], axis=-1, epsilon=1e-5),
-                {"x": x, "w": w, "b": b},
-                17,
-            ),
-            {"x": x, "w": w, "b": b},
-            layernorm,
+            make("LayerNormalization", ["x", "w", "b"], ["y"], axis=-1, epsilon=1e-5),
+            {"x": x, "w": w, "b": b}, 17, layernorm,
         ),
-        "Gelu": (
-            _model(make("Gelu", ["x"], ["y"], approximate="tanh"), {"x": x}, 20),
-            {"x": x},
-            gelu,
-        ),
+        "Gelu": (make("Gelu", ["x"], ["y"], approximate="tanh"), {"x": x}, 20, gelu),
         "RotaryEmbedding": (
-            _model(make("RotaryEmbedding", ["x", "cos", "sin"], ["y"]),
-                   {"x": heads, "cos": cos, "sin": sin}, 23),
-            {"x": heads, "cos": cos, "sin": sin},
-            rotary,
+            make("RotaryEmbedding", ["x", "cos", "sin"], ["y"]),
+            {"x": heads, "cos": cos, "sin": sin}, 23, rotary,
         ),
     }  # fmt: skip
 
@@ -207,30 +212,43 @@ def _engines() -> list[tuple[str, str, Runner]]:
     return found
 
 
-def _answer(run: Runner, case: tuple[bytes, dict[str, Any], np.ndarray[Any, Any]]) -> str:
+#: How close a run must come to the float32 reference, by the dtype it runs in.
+_TOLERANCE = {"float16": 1e-2, "bfloat16": 5e-2}
+
+
+def _answer(run: Runner, case: Case) -> str:
     model, feeds, want = case
+    tolerance = _TOLERANCE.get(str(next(iter(feeds.values())).dtype), 1e-4)
     try:
         got = run(model, feeds)
     except Exception as exc:
         return f"refused: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-    if got.shape != want.shape or not np.allclose(got, want, rtol=1e-4, atol=1e-5):
+    if got.shape != want.shape or not np.allclose(
+        got.astype(np.float32), want, rtol=tolerance, atol=tolerance
+    ):
         return "runs but computes something else than the ONNX definition"
     return "runs"
 
 
+#: Dtypes the probes build models in; others (bfloat16: NumPy has none) are probed in float32.
+PROBED_DTYPES = ("float32", "float16", "float64")
+
+
 @functools.cache
-def probe_engines() -> tuple[EngineProbe, ...]:
-    """Every installed engine's answer for every standard op (cached per process)."""
-    cases = _cases()
+def probe_engines(dtype: str = "float32") -> tuple[EngineProbe, ...]:
+    """Every installed engine's answer for every standard op in ``dtype`` (cached per
+    process)."""
+    cases = _cases(dtype if dtype in PROBED_DTYPES else "float32")
     return tuple(
         EngineProbe(name, version, {op_type: _answer(run, case) for op_type, case in cases.items()})
         for name, version, run in _engines()
     )
 
 
-def choose_forms(probes: tuple[EngineProbe, ...] | None = None) -> Forms:
-    """The forms of an export for the engines probed (default: the installed ones)."""
-    engines = list(probe_engines() if probes is None else probes)
+def choose_forms(probes: tuple[EngineProbe, ...] | None = None, dtype: str = "float32") -> Forms:
+    """The forms of an export of a ``dtype`` model for the engines probed (default: the
+    installed ones, probed in that dtype)."""
+    engines = list(probe_engines(dtype) if probes is None else probes)
     # An engine that runs one opset-23 op loads opset-23 models: the others it refuses are
     # decomposed, and the rest of the model keeps the newer opset.
     newest = [STANDARD_OPS[f][0] for f in STANDARD_OPS if STANDARD_OPS[f][1] == HIGH_OPSET]
@@ -243,7 +261,7 @@ def choose_forms(probes: tuple[EngineProbe, ...] | None = None) -> Forms:
         else "decomposition"
         for family, (op_type, since) in STANDARD_OPS.items()
     }
-    return Forms(opset, forms, engines)
+    return Forms(opset, forms, engines, dtype)
 
 
 def optimise(model: Any, forms: Forms) -> dict[str, int]:
