@@ -495,3 +495,32 @@ def test_a_bfloat16_model_is_refused_before_exporting(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match="export it in float16 or float32"):
         xrt_torch.export(model, (torch.randn(2, 8, dtype=torch.bfloat16),), tmp_path / "b")
     assert not (tmp_path / "b").exists()
+
+
+def test_forms_follow_what_every_engine_runs() -> None:
+    """The other branches of the form decision, forced: an engine refusing one standard op,
+    one loading no opset-23 model, and none installed."""
+    from xpuruntime.pytorch.onnx_forms import STANDARD_OPS, EngineProbe, choose_forms
+
+    runs = {op_type: "runs" for op_type, _ in STANDARD_OPS.values()}
+    both = EngineProbe("a", "1", runs)
+    no_attention = EngineProbe("b", "1", {**runs, "Attention": "refused: no kernel"})
+    forms = choose_forms((both, no_attention))
+    assert forms.opset == 23
+    assert not forms.standard("attention")
+    assert "b 1: refused: no kernel" in forms.describe("attention")
+    assert forms.standard("rmsnorm")
+    assert forms.standard("layernorm")
+
+    old = {op_type: ("runs" if since < 23 else "refused: opset 23") for op_type, since in
+           STANDARD_OPS.values()}  # fmt: skip
+    forms = choose_forms((both, EngineProbe("c", "1", old)))
+    assert forms.opset == 18
+    assert not forms.standard("rmsnorm")
+    assert forms.standard("layernorm")
+    assert not forms.standard("gelu")  # opset 20 > the export's 18
+
+    forms = choose_forms(())
+    assert forms.opset == 18
+    assert not any(forms.standard(f) for f in STANDARD_OPS)
+    assert "no engine was installed to ask" in forms.describe("layernorm")
