@@ -524,3 +524,26 @@ def test_forms_follow_what_every_engine_runs() -> None:
     assert forms.opset == 18
     assert not any(forms.standard(f) for f in STANDARD_OPS)
     assert "no engine was installed to ask" in forms.describe("layernorm")
+
+
+def test_a_pin_on_a_decomposed_op_is_not_honoured_by_absence(bundles: Path) -> None:
+    """kernel_policy= pins attention on a bundle whose attention was decomposed: no
+    "the model has no attention nodes"; the fallback rule applies (warned, or raised)."""
+    import xpuruntime as xrt
+    from xpuruntime.policies import KernelPolicy
+    from xpuruntime.runtime.errors import UnsupportedOperationError
+    from xpuruntime.runtime.record import FallbackWarning
+
+    bundle, _ = _bundle("fused_block_decomposed", bundles)
+    pin = KernelPolicy().set("attention", "math", mode="pin")
+    with pytest.warns(FallbackWarning, match="decomposed 3 attention call"):
+        session = xrt.InferenceSession(
+            str(bundle), device="cpu", engine="onnxruntime", kernel_policy=pin, fallback="warn"
+        )
+    setting = next(s for s in session.record().settings if s.name == "kernel_policy.attention")
+    assert not setting.honoured
+    assert "no attention nodes" not in session.explain(width=200)
+    with pytest.raises(UnsupportedOperationError, match="decomposed"):
+        xrt.InferenceSession(
+            str(bundle), device="cpu", engine="onnxruntime", kernel_policy=pin, fallback="error"
+        )

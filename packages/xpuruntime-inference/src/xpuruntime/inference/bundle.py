@@ -37,7 +37,7 @@ from xpuruntime.policies.bundle import BundleError, BundleManifest, read_manifes
 if TYPE_CHECKING:
     from xpuruntime.inference.compare import TensorComparison
     from xpuruntime.inference.session import InferenceSession, PolicySource
-    from xpuruntime.policies.bundle import ExportedNode
+    from xpuruntime.policies.bundle import ExportedNode, ExportedOp
     from xpuruntime.runtime.record import ExecutionRecord, NodeRecord
 
 __all__ = ["Bundle", "BundleVerification", "VerificationError", "open_bundle", "verify_session"]
@@ -132,6 +132,7 @@ class Bundle:
                 f"bundle {self.folder}: format 1 holds no record of what its ops became in ONNX"
             )
             return
+        _decomposed_pins(record, engine, export.ops)
         for op in export.ops:
             add_setting(
                 record,
@@ -142,6 +143,37 @@ class Bundle:
                 True,
                 _served_by(engine, op.nodes, record.nodes),
             )
+
+
+def _decomposed_pins(record: ExecutionRecord, engine: str, ops: list[ExportedOp]) -> None:
+    """A kernel the session's policy pins for an op family the export decomposed: the
+    engine's kernel mapping found no node of that family ("the model has no attention
+    nodes"), but the model computes it, in nodes no kernel choice reaches. Say so, and let
+    the fallback rule decide (a pin under fallback="error" raises)."""
+    for setting in record.settings:
+        family = setting.name.removeprefix("kernel_policy.")
+        decomposed = [op for op in ops if op.family == family and "decomposition" in op.form]
+        if setting.name == family or not decomposed or not setting.honoured:
+            continue
+        if setting.note != f"the model has no {family} nodes":
+            continue
+        kernel, _, mode = str(setting.requested).partition(" (")
+        types = sorted({node.op_type for op in decomposed for node in op.nodes})
+        reason = (
+            f"the export decomposed {len(decomposed)} {family} call(s) into"
+            f" {', '.join(types)} (bundle.op.*): {engine} has no {family} node whose kernel"
+            " it could pin"
+        )
+        setting.honoured, setting.note = False, reason
+        record.kernel_fallback(
+            op=family,
+            kernel=kernel,
+            entry_mode=mode.rstrip(")"),
+            chosen=f"{engine}'s kernels for the decomposed nodes",
+            reason=reason,
+            mode=record.policy.get("execution", {}).get("fallback", "warn"),
+            hint="Export with the standard op (the engines' probes decide it). ",
+        )
 
 
 def _served_by(engine: str, exported: list[ExportedNode], nodes: list[NodeRecord]) -> str:
