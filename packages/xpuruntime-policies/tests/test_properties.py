@@ -95,6 +95,15 @@ def documents(draw: st.DrawFn) -> PolicyDocument:
         return PolicyDocument(kernel=kernel)  # contradictory draws are tested elsewhere
 
 
+@pytest.mark.parametrize("cache_dir", ["a\x85b", "\u2028", "x\u2029"])
+def test_unicode_line_breaks_round_trip_in_yaml(cache_dir: str) -> None:
+    """YAML folds NEL/LS/PS in single-quoted scalars; the dumper must double-quote them."""
+    document = PolicyDocument(execution=ExecutionPolicy(cache_dir=cache_dir))
+    loaded = PolicyDocument.loads(document.dumps("yaml"), "yaml")
+    assert loaded.execution is not None
+    assert loaded.execution.cache_dir == cache_dir
+
+
 @PROPERTY
 @given(documents(), st.sampled_from(FORMATS))
 def test_round_trip_is_exact(document: PolicyDocument, fmt: str) -> None:

@@ -58,7 +58,7 @@ def dump(data: dict[str, Any], fmt: Format) -> str:
         # the same policy must produce the same file on every machine.
         text: str = yaml.dump(
             data,
-            Dumper=yaml.SafeDumper,
+            Dumper=_yaml_dumper(),
             sort_keys=False,
             allow_unicode=True,
             default_flow_style=False,
@@ -68,6 +68,27 @@ def dump(data: dict[str, Any], fmt: Format) -> str:
 
     toml_text: str = tomli_w.dumps(data)
     return toml_text
+
+
+# YAML folds these inside plain and single-quoted scalars; only double quotes escape them.
+_YAML_LINE_BREAKS = frozenset("\x85\u2028\u2029")
+
+
+@functools.cache
+def _yaml_dumper() -> type:
+    """PyYAML's SafeDumper, writing strings that hold a Unicode line break double-quoted (its
+    default single-quoted form reads back with the break folded into a space)."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+        style = '"' if _YAML_LINE_BREAKS.intersection(value) else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, represent_str)
+    return Dumper
 
 
 def read_text(path: Path) -> str:
