@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from xpuruntime.inference.errors import CacheError
 from xpuruntime.inference.kit import BuildPlan, EngineAdapter, KitEngine, Target
 from xpuruntime.inference.kit.inspect import NATIVE_FORMATS
 from xpuruntime.inference.precision import precision_given
@@ -118,6 +119,13 @@ class OpenVINOAdapter(EngineAdapter):
                 compiled = self.core.compile_model(model, found.compile_device, props)
             except RuntimeError as exc:
                 raise refusal(exc, plan.model, version, "compile") from exc
+            if plan.cache is not None and plan.cache.hit and not _loaded_from_cache(compiled):
+                # OpenVINO recompiles over a blob it cannot import without raising: the kit
+                # then discards the entry and records the miss, instead of claiming a hit.
+                raise CacheError(
+                    f"OpenVINO did not load the cached blob in {plan.cache.entry} "
+                    "(LOADED_FROM_CACHE is false after compile_model)"
+                )
         executed = read_back(
             compiled, props, policy=plan.policy, decisions=decisions, target=found,
             precision=plan.precision,
@@ -202,3 +210,8 @@ class OpenVINOEngine(KitEngine):
             devices=tuple(xrt_name(d) for d in openvino_backend.core().available_devices),
             versions={"openvino": ov.get_version()},
         )
+
+
+def _loaded_from_cache(compiled: Any) -> bool:
+    """OpenVINO's own answer: was this compiled model imported from CACHE_DIR?"""
+    return bool(compiled.get_property("LOADED_FROM_CACHE"))
