@@ -12,18 +12,11 @@ when a session is created.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
-from xpuruntime.runtime.abi import require_abi
-
-try:
-    __version__ = version("xpuruntime-inference")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0+unknown"
+from xpuruntime.runtime.abi import member_version
 
 #: The native core ABI this package was written against.
 CORE_ABI = 1
-require_abi(CORE_ABI, f"xpuruntime-inference {__version__}")
+__version__ = member_version("xpuruntime-inference", CORE_ABI)
 
 from xpuruntime.inference.cache import CacheKey, CacheLookup, ContentCache  # noqa: E402
 from xpuruntime.inference.errors import (  # noqa: E402

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from xpuruntime.inference.device import DeviceSpec
 from xpuruntime.inference.errors import did_you_mean
+from xpuruntime.runtime.dispatch import engine_registry
 from xpuruntime.runtime.engines import (
     KNOWN_ENGINE_HINTS,
     Availability,
@@ -18,32 +19,15 @@ from xpuruntime.runtime.engines import (
 from xpuruntime.runtime.errors import EngineNotInstalledError, XpuRuntimeError
 from xpuruntime.runtime.record import Choice
 
-_availability: dict[type[Engine], Availability] = {}
-
 
 def availability_of(engine_cls: type[Engine]) -> Availability:
-    """``engine_cls.availability()``, probed once per process and published to the core's
-    engine registry (the registry lists what this process can run)."""
-    found = _availability.get(engine_cls)
+    """``engine_cls.availability()``, probed once per process and kept in the core's engine
+    registry, which answers every later ask (the registry lists what this process can run)."""
+    found = engine_registry.availability(engine_cls.name)
     if found is None:
         found = engine_cls.availability()
-        _availability[engine_cls] = found
-        _register(engine_cls, found)
+        engine_registry.publish(engine_cls.name, found, engine_cls.aliases)
     return found
-
-
-def _register(engine_cls: type[Engine], found: Availability) -> None:
-    from xpuruntime.runtime.dispatch import engine_registry
-
-    # The registry holds strings and lists of strings; an unavailable engine lists no devices.
-    capabilities: dict[str, str | list[str]] = {
-        "available": "yes" if found.available else "no",
-        "devices": list(found.devices) if found.available else [],
-        "aliases": list(engine_cls.aliases),
-        "versions": [f"{k} {v}" for k, v in found.versions.items()],
-        "reason": found.reason,
-    }
-    engine_registry.register(engine_cls.name, capabilities)
 
 
 def supports(found: Availability, device: DeviceSpec) -> bool:
