@@ -32,10 +32,10 @@ import msgspec
 import numpy as np
 
 from xpuruntime.inference.settings import add_setting
+from xpuruntime.inference.tensor_compare import TensorComparison, compare_tensors
 from xpuruntime.policies.bundle import BundleError, BundleManifest, read_manifest
 
 if TYPE_CHECKING:
-    from xpuruntime.inference.compare import TensorComparison
     from xpuruntime.inference.session import InferenceSession, PolicySource
     from xpuruntime.policies.bundle import ExportedNode, ExportedOp
     from xpuruntime.runtime.record import ExecutionRecord, NodeRecord
@@ -237,8 +237,6 @@ def verify_session(
     raise_on_failure: bool = True,
 ) -> BundleVerification:
     """Run the bundle's reference inputs and compare with its reference outputs."""
-    from xpuruntime.inference.compare import compare_tensors
-
     inputs, expected = bundle.reference()
     rtol = bundle.manifest.rtol if rtol is None else rtol
     atol = bundle.manifest.atol if atol is None else atol
