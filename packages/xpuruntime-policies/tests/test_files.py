@@ -170,6 +170,30 @@ def test_to_dict_from_dict() -> None:
     assert PolicyDocument.from_dict(DOCUMENT.to_dict()) == DOCUMENT
 
 
+@pytest.mark.parametrize(
+    ("execution", "kernel", "error"),
+    [
+        ({"device": "gpu"}, None, PolicyValidationError),
+        ({"lock": "record"}, None, PolicyConflictError),
+        ({"device": "cpu"}, {"ops": {"matmul": "cublasLt"}}, PolicyConflictError),
+    ],
+)
+def test_every_reader_checks_the_whole_document(
+    execution: dict[str, object], kernel: dict[str, object] | None, error: type[Exception]
+) -> None:
+    # KernelPolicy reads a document without building an ExecutionPolicy (no import cycle),
+    # yet rejects what PolicyDocument rejects, the execution section included.
+    data: dict[str, object] = {"schema_version": 1, "execution": execution}
+    if kernel is not None:
+        data["kernel"] = kernel
+    for reader in (KernelPolicy, ExecutionPolicy, PolicyDocument):
+        with pytest.raises(error) as caught:
+            reader.from_dict(data, source="p.json")
+        assert caught.value.source == "p.json"
+    del data["execution"]
+    assert KernelPolicy.from_dict(data) == PolicyDocument.from_dict(data).kernel_policy()
+
+
 # -- malformed files: the parser's line and column, never a parser traceback ----------------
 
 

@@ -13,7 +13,7 @@ from xpuruntime.policies import vocabulary
 from xpuruntime.policies.errors import PolicyConflictError
 
 if TYPE_CHECKING:
-    from xpuruntime.policies.execution_policy import ExecutionPolicy
+    from xpuruntime.policies.execution_section import ExecutionSection
     from xpuruntime.policies.kernel_policy import KernelPolicy
 
 #: Precisions that exist only as CUDA math modes / CUDA tensor-core formats.
@@ -27,7 +27,7 @@ def device_kind(device: str) -> str | None:
 
 
 def find_conflicts(
-    execution: ExecutionPolicy,
+    execution: ExecutionSection,
     kernel: KernelPolicy | None = None,
     *,
     engine: str | None = None,
@@ -98,7 +98,7 @@ def find_conflicts(
 
 
 def check_conflicts(
-    execution: ExecutionPolicy,
+    execution: ExecutionSection,
     kernel: KernelPolicy | None = None,
     *,
     engine: str | None = None,

@@ -14,42 +14,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import msgspec
-from msgspec import Meta
 
-from xpuruntime.policies import formats
-from xpuruntime.policies._convert import convert
+from xpuruntime.policies import formats, policy_file
 from xpuruntime.policies._struct import PolicyStructMeta
-from xpuruntime.policies._suggest import shown
 from xpuruntime.policies.conflicts import check_conflicts
-from xpuruntime.policies.errors import (
-    PolicyConflictError,
-    PolicyError,
-    PolicyValidationError,
-    SchemaVersionError,
-)
-from xpuruntime.policies.execution_policy import ExecutionPolicy, ExecutionSection
+from xpuruntime.policies.errors import PolicyConflictError, PolicyValidationError
+from xpuruntime.policies.execution_policy import ExecutionPolicy
 from xpuruntime.policies.formats import Format
-from xpuruntime.policies.kernel_policy import KernelPolicy, KernelSection
+from xpuruntime.policies.kernel_policy import KernelPolicy
+from xpuruntime.policies.policy_file import SCHEMA_VERSION, PolicyFile
 
 __all__ = ["SCHEMA_VERSION", "Format", "PolicyDocument", "PolicyFile", "load_policy"]
-
-#: The document layout this package reads and writes.
-SCHEMA_VERSION = 1
-
-
-class PolicyFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Schema of a policy file (what the JSON Schema export describes)."""
-
-    schema_version: Literal[1]
-    kernel: KernelSection | None = None
-    execution: ExecutionSection | None = None
-    #: Where editors find the JSON Schema; accepted and ignored (not part of the hash).
-    schema_location: Annotated[
-        str | None, Meta(description="JSON Schema of this file, for editors; ignored.")
-    ] = msgspec.field(default=None, name="$schema")
 
 
 class PolicyDocument(msgspec.Struct, frozen=True, kw_only=True, metaclass=PolicyStructMeta):
@@ -106,18 +84,15 @@ class PolicyDocument(msgspec.Struct, frozen=True, kw_only=True, metaclass=Policy
 
     def to_dict(self) -> dict[str, Any]:
         """The document as plain data: what save() writes and content_hash() hashes."""
-        data: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
-        if self.kernel is not None:
-            data["kernel"] = self.kernel.to_section()
-        if self.execution is not None:
-            data["execution"] = self.execution.to_section()
-        return data
+        return policy_file.document_data(
+            kernel=None if self.kernel is None else self.kernel.to_section(),
+            execution=None if self.execution is None else self.execution.to_section(),
+        )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str | None = None) -> PolicyDocument:
         """Check and read plain data (as parsed from a file); PolicyError if invalid."""
-        _check_schema_version(data, source)
-        parsed = convert(data, PolicyFile, source=source)
+        parsed = policy_file.read(data, source=source)
         try:
             kernel = None if parsed.kernel is None else KernelPolicy.from_section(parsed.kernel)
             execution = None
@@ -133,7 +108,7 @@ class PolicyDocument(msgspec.Struct, frozen=True, kw_only=True, metaclass=Policy
 
     def dumps(self, format: Format = "json") -> str:
         """The document as JSON, YAML or TOML text."""
-        return formats.dump(self.to_dict(), formats.format_of("", format))
+        return policy_file.dumps(self.to_dict(), format)
 
     @classmethod
     def loads(cls, text: str, format: Format, *, source: str = "<string>") -> PolicyDocument:
@@ -143,13 +118,7 @@ class PolicyDocument(msgspec.Struct, frozen=True, kw_only=True, metaclass=Policy
 
     def save(self, path: str | Path, *, format: Format | None = None) -> Path:
         """Write to ``path`` (format from its suffix unless given); returns the path."""
-        target = Path(path)
-        text = self.dumps(formats.format_of(target, format))
-        try:
-            target.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise PolicyError(f"{target}: cannot write: {exc.strerror or exc}") from None
-        return target
+        return policy_file.save(self.to_dict(), path, format=format)
 
     @classmethod
     def load(cls, path: str | Path, *, format: Format | None = None) -> PolicyDocument:
@@ -160,42 +129,14 @@ class PolicyDocument(msgspec.Struct, frozen=True, kw_only=True, metaclass=Policy
 
     def canonical_json(self) -> bytes:
         """Sorted-key, whitespace-free UTF-8 JSON of :meth:`to_dict` (every default filled in)."""
-        return msgspec.json.encode(self.to_dict(), order="sorted")
+        return policy_file.canonical_json(self.to_dict())
 
     def content_hash(self) -> str:
         """sha256 (hex) of :meth:`canonical_json`: equal for equal policies in any format."""
-        import hashlib  # ~3 ms, and only hashing needs it
-
-        return hashlib.sha256(self.canonical_json()).hexdigest()
+        return policy_file.content_hash(self.to_dict())
 
 
 def load_policy(path: str | Path, *, format: Format | None = None) -> PolicyDocument:
     """Read, parse and check a policy file; PolicyError subclasses say what is wrong."""
-    target = Path(path)
-    fmt = formats.format_of(target, format)
-    data = formats.parse(formats.read_text(target), fmt, str(target))
-    return PolicyDocument.from_dict(data, source=str(target))
-
-
-def _check_schema_version(data: object, source: str | None) -> None:
-    if not isinstance(data, Mapping):
-        raise PolicyValidationError(
-            f"a policy document is a mapping with schema_version, kernel and execution;"
-            f" got {type(data).__name__} {shown(data)}",
-            source=source,
-        )
-    version = data.get("schema_version")
-    if version is None:
-        raise PolicyValidationError(
-            f"missing schema_version; add `schema_version: {SCHEMA_VERSION}` at the top level",
-            source=source,
-        )
-    if isinstance(version, int) and not isinstance(version, bool) and version != SCHEMA_VERSION:
-        newer = version > SCHEMA_VERSION
-        raise SchemaVersionError(
-            f"schema_version {version} is not readable here (this xpuruntime-policies reads"
-            f" {SCHEMA_VERSION}); "
-            + ("upgrade xpuruntime-policies" if newer else "rewrite the file for this version"),
-            location="schema_version",
-            source=source,
-        )
+    data, source = policy_file.read_path(path, format=format)
+    return PolicyDocument.from_dict(data, source=source)

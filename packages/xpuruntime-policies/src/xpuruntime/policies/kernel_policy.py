@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any
 
-import msgspec
-
-from xpuruntime.policies import vocabulary
+from xpuruntime.policies import policy_file, vocabulary
 from xpuruntime.policies._convert import format_path
-from xpuruntime.policies._struct import PolicyStructMeta
-from xpuruntime.policies._suggest import choices_hint, shown
+from xpuruntime.policies._suggest import shown
+from xpuruntime.policies.conflicts import check_conflicts
 from xpuruntime.policies.errors import PolicyValidationError
+from xpuruntime.policies.execution_section import checked_section
+from xpuruntime.policies.kernel_section import AUTO, MODES, KernelSection, Mode, OpPolicy
 from xpuruntime.policies.strategy import AutoSelectStrategy
 
 if TYPE_CHECKING:
@@ -19,51 +19,8 @@ if TYPE_CHECKING:
 
     from xpuruntime.policies.formats import Format
 
-#: ``pin``: this kernel must run, else UnsupportedOperationError. ``prefer``: use it where it
-#: supports the call, otherwise fall back (recorded). ``auto``: the strategy chooses.
-Mode: TypeAlias = Literal["pin", "prefer", "auto"]
-MODES: tuple[Mode, ...] = ("pin", "prefer", "auto")
-AUTO = "auto"
-
-
-class OpPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True, metaclass=PolicyStructMeta):
-    """The policy of one op: a kernel and a mode.
-
-    ``OpPolicy(kernel="cublasLt")`` pins, ``OpPolicy(kernel="cublasLt", mode="prefer")``
-    prefers, ``OpPolicy(mode="auto")`` lets the strategy choose. In a kernel policy the
-    pinned and auto forms are written as the plain strings ``"cublasLt"`` and ``"auto"``.
-    """
-
-    kernel: str | None = None
-    mode: Mode = "pin"
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise PolicyValidationError(
-                f"unknown mode {shown(self.mode)}. {choices_hint(str(self.mode), MODES)}"
-            )
-        if self.kernel is not None and not isinstance(self.kernel, str):
-            raise PolicyValidationError(
-                f"kernel must be a kernel name (str), got {type(self.kernel).__name__}"
-                f" {shown(self.kernel)}"
-            )
-        if self.mode == AUTO and self.kernel is not None:
-            raise PolicyValidationError(
-                f"mode 'auto' takes no kernel, got kernel={shown(self.kernel)}:"
-                " drop the kernel, or use mode 'pin' or 'prefer' to name one"
-            )
-        if self.mode != AUTO and self.kernel in (None, AUTO):
-            raise PolicyValidationError(
-                f"mode {self.mode!r} needs a kernel name, got {shown(self.kernel)}:"
-                " name a kernel, or use mode 'auto' to let the dispatcher choose"
-            )
-
-
-class KernelSection(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """The ``kernel`` section of a policy file."""
-
-    strategy: AutoSelectStrategy = AutoSelectStrategy.FirstSupported
-    ops: dict[str, str | OpPolicy] = msgspec.field(default_factory=dict)
+# The section's names stay importable from here, where they were defined before.
+__all__ = ["AUTO", "MODES", "KernelPolicy", "KernelSection", "Mode", "OpPolicy"]
 
 
 class KernelPolicy:
@@ -204,35 +161,41 @@ class KernelPolicy:
 
     def to_dict(self) -> dict[str, Any]:
         """The policy document holding this policy: ``{"schema_version": 1, "kernel": {...}}``."""
-        from xpuruntime.policies.document import PolicyDocument
-
-        return PolicyDocument(kernel=self).to_dict()
+        return policy_file.document_data(kernel=self.to_section())
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str | None = None) -> KernelPolicy:
-        """Read the ``kernel`` section of a policy document (defaults when it has none)."""
-        from xpuruntime.policies.document import PolicyDocument
+        """Read the ``kernel`` section of a policy document (defaults when it has none).
 
-        return PolicyDocument.from_dict(data, source=source).kernel_policy()
+        The whole document is checked, its execution section included, as a PolicyDocument
+        reads it.
+        """
+        parsed = policy_file.read(data, source=source)
+        try:
+            policy = cls() if parsed.kernel is None else cls.from_section(parsed.kernel)
+            if parsed.execution is not None:
+                execution = checked_section(parsed.execution)
+                check_conflicts(execution)  # the section alone first, as ExecutionPolicy does
+                if parsed.kernel is not None:
+                    check_conflicts(execution, policy)
+        except PolicyValidationError as exc:
+            exc.source = exc.source or source
+            raise
+        return policy
 
     def save(self, path: str | Path, *, format: Format | None = None) -> Path:
         """Write this policy as a document; the format follows the suffix (.json/.yaml/.toml)."""
-        from xpuruntime.policies.document import PolicyDocument
-
-        return PolicyDocument(kernel=self).save(path, format=format)
+        return policy_file.save(self.to_dict(), path, format=format)
 
     @classmethod
     def load(cls, path: str | Path, *, format: Format | None = None) -> KernelPolicy:
         """Read the ``kernel`` section of a policy file (defaults when it has none)."""
-        from xpuruntime.policies.document import load_policy
-
-        return load_policy(path, format=format).kernel_policy()
+        data, source = policy_file.read_path(path, format=format)
+        return cls.from_dict(data, source=source)
 
     def content_hash(self) -> str:
         """sha256 (hex) of the canonical JSON of :meth:`to_dict`; stable across formats."""
-        from xpuruntime.policies.document import PolicyDocument
-
-        return PolicyDocument(kernel=self).content_hash()
+        return policy_file.content_hash(self.to_dict())
 
 
 def _op_policy(op: str, kernel: object, mode: object) -> OpPolicy:
