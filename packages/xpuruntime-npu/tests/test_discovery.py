@@ -6,6 +6,9 @@ import pytest
 
 from xpuruntime.inference.errors import DeviceNotFoundError
 from xpuruntime.npu import discover_npus, npu_backend_status, resolve_npu
+from xpuruntime.policies import ExecutionPolicy
+from xpuruntime.policies.execution_policy import Fallback
+from xpuruntime.runtime import Decisions
 from xpuruntime.runtime.errors import FallbackError
 from xpuruntime.runtime.record import ExecutionRecord, FallbackWarning
 
@@ -37,16 +40,20 @@ def test_backend_status_names_versions_and_devices():
         assert "NPUs: " in text or "Install:" in text
 
 
+def _decisions(fallback: Fallback, record: ExecutionRecord) -> Decisions:
+    return Decisions(ExecutionPolicy(fallback=fallback), record=record)
+
+
 @pytest.mark.usefixtures("npu_absent")
 class TestResolveNpu:
     def test_error_mode_raises_with_what_was_searched(self):
         with pytest.raises(FallbackError, match="no NPU found through openvino or qnn"):
-            resolve_npu("npu", fallback="error")
+            resolve_npu("npu")
 
     def test_warn_mode_returns_none_and_records(self):
         record = ExecutionRecord(kind="inference")
         with pytest.warns(FallbackWarning, match="no NPU found"):
-            assert resolve_npu("npu:0", fallback="warn", record=record) is None
+            assert resolve_npu("npu:0", decisions=_decisions("warn", record)) is None
         assert record.device.chosen == "cpu"
         assert [(f.requested, f.chosen, f.mode) for f in record.fallbacks] == [
             ("npu:0", "cpu", "warn")
@@ -54,7 +61,7 @@ class TestResolveNpu:
 
     def test_allow_mode_records_silently(self):
         record = ExecutionRecord(kind="inference")
-        assert resolve_npu(fallback="allow", record=record, backend="openvino") is None
+        assert resolve_npu(decisions=_decisions("allow", record), backend="openvino") is None
         assert record.fallbacks[0].mode == "allow"
 
     @pytest.mark.parametrize("name", ["npu:x", "gpu", "nPU0"])

@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from xpuruntime.npu.errors import unknown_device
+from xpuruntime.policies import ExecutionPolicy
+from xpuruntime.runtime.decisions import Decisions
 from xpuruntime.runtime.record import Choice, ExecutionRecord
 
 if TYPE_CHECKING:
     from xpuruntime.runtime.engines import Engine
-    from xpuruntime.runtime.record import FallbackMode
 
 NpuBackend = Literal["openvino", "qnn"]
 BACKENDS: tuple[NpuBackend, ...] = ("openvino", "qnn")
@@ -145,23 +146,27 @@ def resolve_npu(
     device: str = "npu",
     *,
     backend: NpuBackend | None = None,
-    fallback: FallbackMode = "error",
-    record: ExecutionRecord | None = None,
+    decisions: Decisions | None = None,
 ) -> NpuDevice | None:
     """The NPU ``device`` (``"npu"`` or ``"npu:N"``) names, or None to run on the CPU instead.
 
-    No NPU here is a fallback to the CPU under ``fallback`` (``"error"`` raises FallbackError,
-    ``"warn"`` warns); it is written into ``record`` when one is given. An index past the
-    NPUs found is a DeviceNotFoundError listing them.
+    No NPU here is a fallback to the CPU, taken by ``decisions`` under its policy's fallback
+    rule (``"error"`` raises FallbackError, ``"warn"`` warns) and written into its record;
+    without ``decisions`` the fallback raises. An index past the NPUs found is a
+    DeviceNotFoundError listing them.
     """
     text = device.strip().lower()
     kind, _, index = text.partition(":")
     npus = discover_npus([backend] if backend else BACKENDS)
     if kind != "npu" or (index and not index.isdigit()):
         raise unknown_device(device, engine="NPU discovery", known=["npu", *(d.id for d in npus)])
-    record = record if record is not None else ExecutionRecord(kind="inference")
+    if decisions is None:
+        decisions = Decisions(
+            ExecutionPolicy(fallback="error"), record=ExecutionRecord(kind="inference")
+        )
+    record = decisions.record
     if not npus:
-        record.fallback(
+        decisions.fallback(
             what="device",
             requested=text,
             chosen="cpu",
@@ -169,7 +174,6 @@ def resolve_npu(
             + "; ".join(
                 f"{b}: {s}" for b, s in npu_backend_status().items() if backend in (None, b)
             ),
-            mode=fallback,
         )
         record.device = Choice(text, "cpu", "no NPU found")
         return None
