@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from xpuruntime.inference.compare import Target, compare_tensors, expose_intermediates
+from xpuruntime.inference.compare import Target, expose_intermediates
+from xpuruntime.inference.tensor_compare import compare_tensors
 from xpuruntime.inference.visual.graph_ids import GraphIds
 from xpuruntime.policies import ExecutionPolicy, LayeredPolicy
 
