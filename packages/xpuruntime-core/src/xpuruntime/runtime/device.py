@@ -1,7 +1,9 @@
-"""Devices: the CUDA GPUs the driver reports, and the CPU (seed 003 §6.2)."""
+"""Devices: the CUDA GPUs the driver reports, and the CPU (seed 003 §6.2); and the one parser
+of device strings ("cpu", "cuda", "cuda:1", "npu", "npu:0") every package reads them with."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -9,13 +11,62 @@ from xpuruntime.runtime.native import core
 
 __all__ = [
     "Device",
+    "DeviceKind",
+    "DeviceSpec",
     "cuda_available",
     "get_all_devices",
     "get_current_device",
     "get_device_count",
     "set_current_device",
+    "split_device",
+    "split_kind_index",
     "synchronize",
 ]
+
+DeviceKind = Literal["cpu", "cuda", "npu"]
+_KINDS: tuple[DeviceKind, ...] = ("cpu", "cuda", "npu")
+_KIND_INDEX = re.compile(r"^([a-z]+)(?::(\d+))?$")
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """A parsed device string: kind and index (``None`` for "any device of this kind")."""
+
+    kind: DeviceKind
+    index: int | None = None
+
+    @property
+    def ordinal(self) -> int:
+        """The device index to use (the first device when none was named)."""
+        return 0 if self.index is None else self.index
+
+    def __str__(self) -> str:
+        return self.kind if self.index is None else f"{self.kind}:{self.index}"
+
+
+def split_kind_index(text: str) -> tuple[str, int | None] | None:
+    """``" GPU:1 "`` -> ``("gpu", 1)``, ``"npu"`` -> ``("npu", None)``: the kind[:N] form of
+    every device string, xpuruntime's kinds and engines' own (OpenVINO's and QNN's "gpu");
+    None when ``text`` has another form."""
+    match = _KIND_INDEX.match(text.strip().lower())
+    if match is None:
+        return None
+    index = match.group(2)
+    return match.group(1), None if index is None else int(index)
+
+
+def split_device(text: str) -> DeviceSpec | None:
+    """``"cuda:1"`` -> DeviceSpec("cuda", 1), ``" NPU "`` -> DeviceSpec("npu"); None when
+    ``text`` is not one of xpuruntime's kinds with an optional index (each caller raises its
+    own error, naming what it accepts)."""
+    parts = split_kind_index(text)
+    if parts is None:
+        return None
+    kind, index = parts
+    for known in _KINDS:  # narrows the kind to DeviceKind
+        if kind == known:
+            return DeviceSpec(known, index)
+    return None
 
 
 @dataclass(frozen=True)
@@ -85,7 +136,7 @@ def get_device(device: int | str) -> Device:
     """One device by CUDA index or spec (``"cuda:1"``, ``"cpu"``); out of range says how many exist."""
     if device == "cpu":
         return Device._from_native(core().cpu_device())
-    index = (0 if device == "cuda" else _cuda_index(device)) if isinstance(device, str) else device
+    index = _cuda_index(device) if isinstance(device, str) else device
     return Device._from_native(core().cuda_device(index))
 
 
@@ -105,11 +156,11 @@ def synchronize(device: int | None = None) -> None:
 
 
 def _cuda_index(spec: str) -> int:
-    prefix, _, index = spec.partition(":")
-    if prefix != "cuda" or not index.isdigit():
+    parsed = split_device(spec)
+    if parsed is None or parsed.kind != "cuda":
         from xpuruntime.runtime.errors import InvalidArgumentError
 
         raise InvalidArgumentError(
             f"invalid device {spec!r}; expected 'cpu', 'cuda' or 'cuda:N' with N >= 0"
         )
-    return int(index)
+    return parsed.ordinal

@@ -34,6 +34,7 @@ from xpuruntime.policies.lock import (
     environment_key,
     served_policy_hash,
 )
+from xpuruntime.runtime.device import split_device
 
 if TYPE_CHECKING:
     from xpuruntime.policies import ExecutionPolicy
@@ -70,8 +71,7 @@ def current_environment() -> dict[str, Any]:
     return environment_fingerprint()
 
 
-def _gpu(fingerprint: Mapping[str, Any], device: str) -> dict[str, Any] | None:
-    index = int(device.partition(":")[2] or 0)
+def _gpu(fingerprint: Mapping[str, Any], index: int) -> dict[str, Any] | None:
     gpus = fingerprint.get("gpus") or []
     return dict(gpus[index]) if index < len(gpus) else None
 
@@ -92,8 +92,9 @@ def environment_differences(
     was, now = _package(locked, packages), _package(current, packages)
     if was != now:
         reasons.append(f"{entry.domain} changed: locked with {was or 'none'}, here {now or 'none'}")
-    if entry.device.startswith("cuda"):
-        gpu_was, gpu_now = _gpu(locked, entry.device), _gpu(current, entry.device)
+    spec = split_device(entry.device)
+    if spec is not None and spec.kind == "cuda":
+        gpu_was, gpu_now = _gpu(locked, spec.ordinal), _gpu(current, spec.ordinal)
         if gpu_now is None:
             reasons.append(f"no GPU {entry.device} here (locked on {_gpu_name(gpu_was)})")
         elif gpu_was is None or (gpu_was.get("name"), gpu_was.get("compute_capability")) != (

@@ -2,49 +2,36 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Literal
 
 from xpuruntime.inference.errors import DeviceNotFoundError
 from xpuruntime.policies.errors import PolicyError
+from xpuruntime.runtime.device import DeviceSpec, split_device
 
-DeviceKind = Literal["cpu", "cuda", "npu"]
-_DEVICE_RE = re.compile(r"^(cpu|cuda|npu)(?::(\d+))?$")
+__all__ = [
+    "CPU",
+    "VALID_DEVICES",
+    "DeviceSpec",
+    "check_present",
+    "cuda_device_count",
+    "current_cuda_device",
+    "parse_device",
+    "resolve_device",
+]
+
 VALID_DEVICES = "'auto', 'cpu', 'cuda', 'cuda:N', 'npu', 'npu:N'"
-
-
-@dataclass(frozen=True)
-class DeviceSpec:
-    """A parsed device: kind and index (``None`` for "any device of this kind")."""
-
-    kind: DeviceKind
-    index: int | None = None
-
-    @property
-    def ordinal(self) -> int:
-        """The device index to use (the first device when none was named)."""
-        return 0 if self.index is None else self.index
-
-    def __str__(self) -> str:
-        return self.kind if self.index is None else f"{self.kind}:{self.index}"
-
-
 CPU = DeviceSpec("cpu")
 
 
 def parse_device(text: str) -> DeviceSpec:
     """Parse a device string other than "auto"; a typo gets the valid forms."""
-    match = _DEVICE_RE.match(text.strip().lower())
-    if match is None:
+    spec = split_device(text)
+    if spec is None:
         raise PolicyError(f"invalid device {text!r}; valid devices: {VALID_DEVICES}")
-    kind: DeviceKind = match.group(1)  # type: ignore[assignment]
-    index = match.group(2)
-    if kind == "cpu" and index not in (None, "0"):
+    if spec.kind == "cpu" and spec.index not in (None, 0):
         raise PolicyError(f"invalid device {text!r}: there is one CPU device, 'cpu'")
-    return DeviceSpec(kind, None if index is None or kind == "cpu" else int(index))
+    return CPU if spec.kind == "cpu" else spec
 
 
 def cuda_device_count() -> int:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 from xpuruntime.npu.errors import unknown_device
 from xpuruntime.policies import ExecutionPolicy
 from xpuruntime.runtime.decisions import Decisions
+from xpuruntime.runtime.device import split_device
 from xpuruntime.runtime.record import Choice, ExecutionRecord
 
 if TYPE_CHECKING:
@@ -156,9 +157,9 @@ def resolve_npu(
     DeviceNotFoundError listing them.
     """
     text = device.strip().lower()
-    kind, _, index = text.partition(":")
+    spec = split_device(text)
     npus = discover_npus([backend] if backend else BACKENDS)
-    if kind != "npu" or (index and not index.isdigit()):
+    if spec is None or spec.kind != "npu":
         raise unknown_device(device, engine="NPU discovery", known=["npu", *(d.id for d in npus)])
     if decisions is None:
         decisions = Decisions(
@@ -177,8 +178,7 @@ def resolve_npu(
         )
         record.device = Choice(text, "cpu", "no NPU found")
         return None
-    wanted = int(index or 0)
-    matches = [d for d in npus if d.id == f"npu:{wanted}"]
+    matches = [d for d in npus if d.id == f"npu:{spec.ordinal}"]
     if not matches:
         raise unknown_device(
             device, engine="NPU discovery", known=[f"{d.id} ({d.backend})" for d in npus]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from xpuruntime.inference.errors import DeviceNotFoundError
 from xpuruntime.npu.errors import unknown_device
+from xpuruntime.runtime.device import split_device, split_kind_index
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -22,8 +23,6 @@ if TYPE_CHECKING:
     from xpuruntime.runtime.decisions import Decisions
 
 DEVICE_KINDS = ("CPU", "GPU", "NPU")
-_XRT_NAME = re.compile(r"^(cpu|gpu|npu)(?::(\d+))?$")
-_CUDA_NAME = re.compile(r"^cuda(?::\d+)?$")
 _OV_NAME = re.compile(r"^(CPU|GPU|NPU)(?:\.(\d+))?$")
 
 
@@ -62,9 +61,9 @@ def _match(kind: str, index: int | None, available: Sequence[str]) -> str | None
 
 def _single(name: str) -> tuple[str, int | None] | None:
     """(kind, index) of one device name in either spelling, else None."""
-    xrt = _XRT_NAME.match(name.lower())
-    if xrt:
-        return xrt.group(1).upper(), int(xrt.group(2)) if xrt.group(2) else None
+    xrt = split_kind_index(name)
+    if xrt is not None and xrt[0].upper() in DEVICE_KINDS:
+        return xrt[0].upper(), xrt[1]
     ov = _OV_NAME.match(name.upper())
     if ov:
         return ov.group(1), int(ov.group(2)) if ov.group(2) else None
@@ -126,7 +125,8 @@ def resolve_target(
         return OpenVINOTarget(
             text, "AUTO:" + ",".join(found), required, tuple(found), tuple(k for k, _ in kinds)
         )
-    if _CUDA_NAME.match(text.lower()):  # engine="auto" may hand us the session's CUDA device
+    cuda = split_device(text)
+    if cuda is not None and cuda.kind == "cuda":  # engine="auto" may hand us the session's GPU
         _missing(decisions, text.lower(), "CPU", available)
         return OpenVINOTarget(text, "CPU", None, ("CPU",), ("CPU",))
     kind_index = _single(text)

@@ -14,6 +14,7 @@ import os
 from collections.abc import Sequence
 
 from xpuruntime.kernels.attention.tiles import FP8_HEAD_DIMS, HEAD_DIMS
+from xpuruntime.runtime.device import split_device
 
 __all__ = ["QUERY_FIELDS", "fp8_unsupported_reason", "query_shape", "unsupported_reason"]
 
@@ -88,10 +89,10 @@ def _device_reason(device: str, minimum: tuple[int, int] = MIN_CAPABILITY) -> st
             "CPU; set TRITON_INTERPRET=1 only to test the kernel in Triton's slow CPU "
             "interpreter)"
         )
-    kind, _, index = device.partition(":")
-    if kind != "cuda":
+    spec = split_device(device)
+    if spec is None or spec.kind != "cuda":
         return f"runs on CUDA devices, not {device}"
-    capability = _capability(int(index or 0))
+    capability = _capability(spec.ordinal)
     if capability is None:
         return f"PyTorch sees no CUDA device {device}"
     if capability < minimum:

@@ -36,6 +36,7 @@ from xpuruntime.npu.quantized import require_quantized_model
 from xpuruntime.npu.shapes import fixed_input_shapes
 from xpuruntime.policies.errors import PolicyError
 from xpuruntime.policies.lock import LockedChoice
+from xpuruntime.runtime.device import split_kind_index
 from xpuruntime.runtime.engines import Availability
 from xpuruntime.runtime.record import Choice
 
@@ -82,8 +83,9 @@ def _select_device(device: str, found: Sequence[QnnDevice], decisions: Decisions
             match = next((d for d in found if d.kind == kind), None)
             if match is not None:
                 return match
-    kind, _, index = text.partition(":")
-    if kind in ("npu", "gpu", "cuda") and (not index or index.isdigit()):
+    parts = split_kind_index(text)
+    if parts is not None and parts[0] in ("npu", "gpu", "cuda"):
+        kind, index = parts
         wanted = f"{'gpu' if kind == 'cuda' else kind}:{index or 0}"
         if kind != "cuda" and wanted in by_name:
             return by_name[wanted]
