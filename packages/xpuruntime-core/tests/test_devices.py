@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 import xpuruntime.runtime as rt
-from xpuruntime.runtime.device import get_device
+from xpuruntime.runtime.device import DeviceSpec, get_device, split_device, split_kind_index
 
 
 def test_cpu_is_always_listed_last() -> None:
@@ -42,3 +42,25 @@ def test_synchronize_without_devices_is_a_no_op() -> None:
         rt.synchronize()
         with pytest.raises(rt.InvalidArgumentError, match="no CUDA device"):
             rt.get_current_device()
+
+
+@pytest.mark.parametrize(
+    ("text", "kind_index", "spec"),
+    [
+        ("cpu", ("cpu", None), DeviceSpec("cpu")),
+        (" CUDA:1 ", ("cuda", 1), DeviceSpec("cuda", 1)),
+        ("npu", ("npu", None), DeviceSpec("npu")),
+        ("gpu:2", ("gpu", 2), None),  # an engine's kind (OpenVINO, QNN), not xpuruntime's
+        ("npu:", None, None),
+        ("cuda:x", None, None),
+        ("cuda:-1", None, None),
+        ("", None, None),
+    ],
+)
+def test_one_device_string_parser(
+    text: str, kind_index: tuple[str, int | None] | None, spec: DeviceSpec | None
+) -> None:
+    assert split_kind_index(text) == kind_index
+    assert split_device(text) == spec
+    if spec is not None:
+        assert str(spec) == text.strip().lower()
