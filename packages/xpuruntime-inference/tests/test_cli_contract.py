@@ -547,3 +547,107 @@ def test_save_outputs_keeps_every_file_in_the_folder(runner: CliRunner, tmp_path
     assert result.exit_code == 0, result.output
     assert [p.name for p in folder.iterdir()] == ["_.._escaped_y.npy"]
     assert not (tmp_path / "a" / "escaped").exists()
+
+
+# -- 9. a bundle's files are inputs; outputs are checked before any work -----------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "{b}", "--json-out", "{b}/bundle.json"],
+        ["run", "{b}", "--json-out", "{b}/policy.json"],
+        ["run", "{b}", "--json-out", "{b}/environment.json"],
+        ["run", "{b}", "--json-out", "{b}/lock.json"],
+        ["run", "{b}", "--record", "{b}/bundle.json"],
+        ["run", "{b}", "--save-outputs", "{b}"],
+        ["run", "{b}", "--save-outputs", "{b}/outs"],
+        ["explain", "{b}", "--json-out", "{b}/policy.json"],
+        [
+            "compare",
+            "{b}",
+            "--engines",
+            "onnxruntime:cpu,openvino:cpu",
+            "--json-out",
+            "{b}/bundle.json",
+        ],
+        ["bundle", "verify", "{b}", "--json-out", "{b}/bundle.json"],
+        ["lock", "record", "{b}", "--lock", "{b}/lock.json"],
+        ["report", "{b}", "-o", "{b}/report.html"],
+        ["timeline", "{b}", "-o", "{b}/trace.json"],
+        ["explore", "{b}", "--node-data-out", "{b}/nd"],
+    ],
+)
+def test_no_output_lands_in_an_input_bundle(
+    runner: CliRunner, demo: Path, tmp_path: Path, args: list[str]
+) -> None:
+    bundle = make_bundle(tmp_path / "b.bundle", demo)
+    (bundle / "lock.json").write_text("{}")
+    before = {p.name: digest(p) for p in bundle.iterdir()}
+    result = invoke(runner, *(a.format(b=bundle) for a in args))
+    assert result.exit_code == 2, result.output
+    assert "input folder" in one_line_error(result)
+    assert {p.name: digest(p) for p in bundle.iterdir()} == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["report", "{m}", "--dim", "batch=2", "-o", "/nonexistent-xrt/x.html"],
+        ["timeline", "{m}", "--dim", "batch=2", "-o", "/nonexistent-xrt/t.json"],
+        ["timeline", "{m}", "--dim", "batch=2", "-o", "{m}/t.json"],
+        ["explore", "{m}", "--dim", "batch=2", "--node-data-out", "/proc/xrt-nd"],
+        ["run", "{m}", "--dim", "batch=2", "--save-outputs", "/proc/xrt-outs"],
+        ["run", "{m}", "--dim", "batch=2", "--json-out", "/proc/xrt.json"],
+    ],
+)
+def test_an_unwritable_output_is_a_usage_error_before_any_work(
+    runner: CliRunner, demo: Path, args: list[str]
+) -> None:
+    before = digest(demo)
+    result = invoke(runner, *(a.format(m=demo) for a in args))
+    assert result.exit_code == 2, result.output
+    assert "cannot write" in one_line_error(result)
+    assert "ms" not in result.stdout  # nothing ran
+    assert digest(demo) == before
+
+
+def test_report_rejects_a_kernel_trace_that_is_not_a_trace(
+    runner: CliRunner, demo: Path, tmp_path: Path
+) -> None:
+    text = tmp_path / "text.onnx"
+    text.write_text("hello")
+    out = tmp_path / "r.html"
+    result = invoke(runner, "report", str(demo), "--dim", "batch=2", "-o", str(out),
+                    "--kernel-trace", str(text))  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "not a Chrome trace" in one_line_error(result)
+    assert not out.exists()
+    assert text.read_text() == "hello"
+
+
+def test_report_rejects_an_unknown_compare_engine(
+    runner: CliRunner, demo: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "r.html"
+    result = invoke(runner, "report", str(demo), "--dim", "batch=2", "-o", str(out),
+                    "--compare", "foo:cpu")  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "unknown engine 'foo'" in one_line_error(result)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["report", "{b}", "-o", "{t}/r.html", "--no-times"],
+        ["timeline", "{b}", "-o", "{t}/t.json"],
+        ["explore", "{b}", "--node-data-out", "{t}/nd", "--no-times"],
+    ],
+)
+def test_visual_commands_feed_a_bundle_its_reference_inputs(
+    runner: CliRunner, demo: Path, tmp_path: Path, args: list[str]
+) -> None:
+    bundle = make_bundle(tmp_path / "b.bundle", demo)
+    result = invoke(runner, *(a.format(b=bundle, t=tmp_path) for a in args))
+    assert result.exit_code == 0, result.output

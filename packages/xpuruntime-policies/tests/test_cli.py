@@ -109,6 +109,20 @@ def test_schema(runner: CliRunner, tmp_path: Path) -> None:
     assert json.loads(target.read_text()) == json.loads(printed.stdout)
 
 
+def test_schema_never_writes_over_a_file_that_is_not_json(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    model = tmp_path / "demo.onnx"
+    model.write_bytes(b"\x08\x07onnx")
+    refused = runner.invoke(policy, ["schema", "-o", str(model)])
+    assert refused.exit_code == 2
+    assert "does not hold JSON" in refused.stderr
+    assert model.read_bytes() == b"\x08\x07onnx"
+    missing = runner.invoke(policy, ["schema", "-o", str(tmp_path / "no" / "s.json")])
+    assert missing.exit_code == 2
+    assert "does not exist" in missing.stderr
+
+
 def test_kernels(runner: CliRunner) -> None:
     result = runner.invoke(policy, ["kernels", "matmul"])
     assert result.exit_code == 0

@@ -18,7 +18,13 @@ from xpuruntime.policies.differences import diff as diff_policies
 from xpuruntime.policies.document import PolicyDocument, load_policy
 from xpuruntime.policies.errors import PolicyError
 from xpuruntime.policies.formats import FORMATS, Format, format_of, parse, read_text
-from xpuruntime.policies.json_output import STDOUT, json_option, write_json
+from xpuruntime.policies.json_output import (
+    STDOUT,
+    check_output_file,
+    json_option,
+    write_json,
+    write_text,
+)
 from xpuruntime.policies.layering import resolve_policy
 from xpuruntime.policies.schema import json_schema
 
@@ -186,7 +192,11 @@ def hash_command(file: Path, fmt: Format | None, json_target: str | None) -> Non
 )
 @json_option("the schema (the same as -o)")
 def schema(output: Path | None, json_target: str | None) -> None:
-    """Print the JSON Schema of policy files (point your editor at it for completion)."""
+    """Print the JSON Schema of policy files (point your editor at it for completion).
+
+    An existing -o file must hold JSON (a previous schema); anything else is refused."""
+    if output is not None:
+        check_output_file(output, "json", {})
     if json_target is not None:
         write_json(json_schema(), json_target)
         return
@@ -194,7 +204,7 @@ def schema(output: Path | None, json_target: str | None) -> None:
     if output is None:
         click.echo(text, nl=False)
     else:
-        output.write_text(text, encoding="utf-8")
+        write_text(output, text, "the schema")
         click.echo(f"wrote {output}")
 
 

@@ -17,6 +17,7 @@ import functools
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -63,7 +64,8 @@ def json_option(what: str) -> Callable[[F], F]:
 
 
 def _input_paths(params: Mapping[str, Any]) -> Iterator[Path]:
-    """Every existing file a command's parameters name (``NAME=FILE`` values included)."""
+    """Every existing path a command's parameters name (``NAME=FILE`` values included); a
+    folder among them (a bundle) makes every path inside it an input too."""
     for value in params.values():
         for item in value if isinstance(value, (list, tuple)) else (value,):
             if not isinstance(item, (str, os.PathLike)):
@@ -72,6 +74,42 @@ def _input_paths(params: Mapping[str, Any]) -> Iterator[Path]:
             for candidate in (text, text.partition("=")[2]):
                 if candidate and os.path.exists(candidate):
                     yield Path(candidate)
+
+
+def check_output_folder(folder: Path, what: str, params: Mapping[str, Any]) -> None:
+    """Refuse (usage error) an output folder that is one of the inputs, lies inside an input
+    folder (a bundle), is a file, or whose nearest existing parent cannot be written."""
+    resolved = folder.resolve()
+    for given in _input_paths(params):
+        if given.is_dir() and resolved.is_relative_to(given.resolve()):
+            raise click.UsageError(
+                f"refusing to write {what} into {folder}: it is (inside) the input folder "
+                f"{given}; choose another folder"
+            )
+    if folder.exists() and not folder.is_dir():
+        raise click.UsageError(f"cannot write {what} into {folder}: it is a file, not a folder")
+    _check_writable(folder if folder.exists() else _existing_parent(folder), what, folder)
+
+
+def _existing_parent(path: Path) -> Path:
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    return parent
+
+
+def _check_writable(folder: Path, what: str, path: Path) -> None:
+    if not folder.is_dir():
+        raise click.UsageError(f"cannot write {what} to {path}: {folder} is not a folder")
+    # A probe file, not os.access: root passes os.access on /proc and read-only mounts.
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise click.UsageError(
+            f"cannot write {what} to {path}: the folder {folder} is not writable "
+            f"({exc.strerror or exc})"
+        ) from exc
 
 
 def _holds(path: Path, kind: str) -> bool:
@@ -88,26 +126,37 @@ def _holds(path: Path, kind: str) -> bool:
 
 def check_output_file(path: Path, kind: str, params: Mapping[str, Any]) -> None:
     """Refuse (usage error) to write a ``kind`` output ("json" or "npy") to ``path`` when it
-    is one of the inputs in ``params`` or an existing file that is not such an output."""
+    is one of the inputs in ``params``, lies inside an input folder (a bundle), cannot be
+    written (no such folder, not writable), or is an existing file that is not such an
+    output."""
+    check_output_location(path, f"{kind.upper()} output", params)
     if not path.exists():
-        if not path.parent.is_dir():
-            raise click.UsageError(
-                f"cannot write {kind.upper()} output to {path}: the folder {path.parent} "
-                f"does not exist"
-            )
         return
-    for given in _input_paths(params):
-        if given.resolve() == path.resolve():
-            raise click.UsageError(
-                f"refusing to write {kind.upper()} output to {path}: it is one of the "
-                f"command's inputs; choose another path"
-            )
     if path.is_dir() or not _holds(path, kind):
         what = "a folder" if path.is_dir() else f"a file that does not hold {kind.upper()}"
         raise click.UsageError(
             f"refusing to write {kind.upper()} output to {path}: it is {what}; remove it "
             f"or choose another path"
         )
+
+
+def check_output_location(path: Path, kind: str, params: Mapping[str, Any]) -> None:
+    """Refuse (usage error) an output file ``path`` that is one of the inputs in ``params``,
+    lies inside an input folder (a bundle), or whose folder is missing or not writable. What
+    an existing file may be replaced with is the caller's rule."""
+    resolved = path.resolve()
+    for given in _input_paths(params):
+        inside = given.is_dir() and resolved.is_relative_to(given.resolve())
+        if inside or given.resolve() == resolved:
+            where = f"inside the input folder {given}" if inside else "one of the command's inputs"
+            raise click.UsageError(
+                f"refusing to write {kind} to {path}: it is {where}; choose another path"
+            )
+    if not path.exists():
+        if not path.parent.is_dir():
+            why = "is a file" if path.parent.exists() else "does not exist"
+            raise click.UsageError(f"cannot write {kind} to {path}: the folder {path.parent} {why}")
+        _check_writable(path.parent, kind, path)
 
 
 def write_json(data: Any, target: str | None) -> None:

@@ -35,14 +35,16 @@ traceback instead.
 to stdout. `--json-out PATH` writes it to PATH (`-`: stdout). `--json` takes no value, so
 the next word on the line is never taken for a path.
 
-**Outputs never overwrite inputs.** `--json-out`, `run --record`, `run --save-outputs` and
-`lock record --lock` refuse (exit 2, before any work) a path that is one of the command's
-inputs, or an existing file that is not a previous output of the same kind (JSON, or `.npy`
-for `--save-outputs`).
+**Outputs never overwrite inputs.** `--json-out`, `run --record`, `run --save-outputs`,
+`lock record --lock`, `policy schema -o`, `report`/`timeline`/`kernel-timeline -o` and
+`explore --node-data-out` refuse (exit 2, before any work) a path that is one of the
+command's inputs or lies inside an input bundle's folder, a folder that is missing or not
+writable, or an existing file that is not a previous output of the same kind (JSON, `.npy`
+for `--save-outputs`, a report or trace xpuruntime wrote for `-o`).
 
-**Models**: `run`, `explain`, `bench`, `inspect` and `compare` take an ONNX file or a bundle
-directory (written by `xpuruntime.pytorch.export`); a bundle brings its policy and
-lockfile, and without input flags its reference inputs.
+**Models**: `run`, `explain`, `bench`, `inspect`, `compare`, `report`, `timeline` and
+`explore` take an ONNX file or a bundle directory (written by `xpuruntime.pytorch.export`);
+a bundle brings its policy and lockfile, and without input flags its reference inputs.
 
 **Policy settings**: flag > `XPURUNTIME_POLICY_*` > `--policy` file (or
 `XPURUNTIME_POLICY_FILE`; a bundle's own policy) > defaults; `explain` shows which layer set

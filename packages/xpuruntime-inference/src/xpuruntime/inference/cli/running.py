@@ -22,7 +22,7 @@ from xpuruntime.inference.cli.options import (
     session_options,
 )
 from xpuruntime.inference.cli.output import Output, json_option
-from xpuruntime.policies.json_output import check_output_file, write_text
+from xpuruntime.policies.json_output import check_output_file, check_output_folder, write_text
 
 #: Output values shown per tensor; more are elided with "…".
 PREVIEW = 8
@@ -87,6 +87,8 @@ def run(
     given = {"model": model, "engine": engine, **options}
     if record_path:
         check_output_file(Path(record_path), "json", given)
+    if save_outputs:
+        check_output_folder(Path(save_outputs), "the outputs", given)
     out = Output(json_target)
     sess = open_session(model, engine, PolicyFlags.of(options).layered(bundle_of(model)))
     if save_outputs:
@@ -125,8 +127,6 @@ def _check_save_folder(folder: Path, names: list[str], given: dict[str, Any]) ->
     """NAME.npy per output in ``folder``: never over an input or a file that is not .npy."""
     if not folder.exists():
         return  # created at the end, with its parents
-    if not folder.is_dir():
-        raise click.UsageError(f"--save-outputs {folder}: it is a file, not a folder")
     for name in names:
         check_output_file(folder / _npy_name(name), "npy", given)
 

@@ -10,13 +10,23 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from xpuruntime.inference.cli.app import main
-from xpuruntime.inference.cli.options import InputFlags, PolicyFlags, open_session, session_options
+from xpuruntime.inference.cli.options import (
+    InputFlags,
+    PolicyFlags,
+    bundle_of,
+    checked_engine,
+    open_session,
+    session_feeds,
+    session_options,
+)
+from xpuruntime.policies.json_output import check_output_folder, check_output_location
 
 if TYPE_CHECKING:
     from xpuruntime.inference.compare import Target
     from xpuruntime.inference.session import InferenceSession
     from xpuruntime.inference.visual.graph_ids import GraphIds
     from xpuruntime.inference.visual.node_times import NodeTimes
+    from xpuruntime.policies import LayeredPolicy
 
 #: A model file or a bundle folder.
 MODEL_OR_BUNDLE = click.Path(exists=True)
@@ -26,12 +36,13 @@ PROFILED_ENGINES = ("onnxruntime", "openvino")
 
 def _model_file(model: str) -> Path:
     """The ONNX file of a model path or a bundle folder."""
-    path = Path(model)
-    if path.is_dir():
-        from xpuruntime.inference.bundle import open_bundle
+    bundle = bundle_of(model) if Path(model).is_dir() else None
+    return bundle.model if bundle is not None else Path(model)
 
-        return open_bundle(path).model
-    return path
+
+def _layered(model: str, options: Any) -> LayeredPolicy:
+    """The session policy, a bundle's own policy included, as ``run`` opens it."""
+    return PolicyFlags.of(options).layered(bundle_of(model))
 
 
 def _target(text: str) -> Target:
@@ -41,13 +52,19 @@ def _target(text: str) -> Target:
     return Target(engine.strip(), device.strip() or "cpu")
 
 
+def _checked_target(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--compare ENGINE[:DEVICE]``: an unknown engine is a usage error before any work."""
+    if value is not None:
+        checked_engine(ctx, param, value.partition(":")[0].strip())
+    return value
+
+
 def _times(
-    sess: InferenceSession, model: Path, graph: GraphIds, feeds: Any, runs: int, options: Any
+    sess: InferenceSession, model: Path, graph: GraphIds, feeds: Any, runs: int, policy: Any
 ) -> NodeTimes | None:
     from xpuruntime.inference.visual.node_times import onnxruntime_times, openvino_times
 
     if sess.engine == "onnxruntime":
-        policy = PolicyFlags.of(options).layered()
         return onnxruntime_times(model, graph, feeds, device=sess.device, runs=runs, policy=policy)
     if sess.engine == "openvino":
         return openvino_times(model, graph, feeds, device=sess.device, runs=runs)
@@ -72,10 +89,10 @@ def _written_by_us(path: Path) -> bool:
         return False
 
 
-def _refuse_overwrite(target: Path, inputs: list[Path]) -> None:
-    """Never overwrite an input, nor a file xpuruntime did not write."""
-    if any(target.resolve() == p.resolve() for p in inputs):
-        raise click.UsageError(f"-o {target} is an input of this command; name another file")
+def _refuse_overwrite(target: Path, inputs: dict[str, Any]) -> None:
+    """Never overwrite an input or a bundle's file, nor a file xpuruntime did not write;
+    a folder that is missing or not writable is a usage error before any work."""
+    check_output_location(target, "the output", inputs)
     if target.exists() and not _written_by_us(target):
         raise click.UsageError(
             f"-o {target} exists and is not a report or trace xpuruntime wrote; remove it or "
@@ -87,6 +104,7 @@ compare_option = click.option(
     "--compare",
     "compare_with",
     metavar="ENGINE[:DEVICE]",
+    callback=_checked_target,
     help="Also run every node on this engine and show each node's difference from the "
     "session's engine (compare --per-layer's method, for every node).",
 )
@@ -143,13 +161,18 @@ def explore(
     from xpuruntime.inference.visual.overlays import numeric_overlay, record_overlays
     from xpuruntime.inference.visual.overlays import write_overlays as write
 
+    if node_data_out is not None:
+        check_output_folder(
+            Path(node_data_out), "node data", {"model": model, "engine": engine, **options}
+        )
     path = _model_file(model)
     graph = read_graph_ids(path)
-    sess = open_session(model, engine, PolicyFlags.of(options).layered())
-    feeds = InputFlags.of(options).feeds(sess.inputs, sess.policy.input_shapes)
+    layered = _layered(model, options)
+    sess = open_session(model, engine, layered)
+    feeds = session_feeds(sess, model, InputFlags.of(options))
     sess.run(feeds)
     overlays = record_overlays(sess.record(), graph)
-    measured = _times(sess, path, graph, feeds, runs, options) if times else None
+    measured = _times(sess, path, graph, feeds, runs, layered) if times else None
     if measured is not None:
         overlays.append(
             numeric_overlay(
@@ -163,8 +186,7 @@ def explore(
     if compare_with:
         reference = _target(f"{sess.engine}:{sess.device}")
         diff = layer_differences(
-            path, graph, reference, _target(compare_with), feeds,
-            policy=PolicyFlags.of(options).layered(),
+            path, graph, reference, _target(compare_with), feeds, policy=layered,
         )  # fmt: skip
         overlays.append(
             numeric_overlay(
@@ -226,15 +248,10 @@ def report(
     from xpuruntime.inference.visual.html_report import ReportData, render_report
 
     target = Path(output)
-    inputs = [Path(source)] + ([Path(kernel_trace)] if kernel_trace else [])
-    _refuse_overwrite(target, inputs)
-    kernel_events = (
-        json.loads(Path(kernel_trace).read_text())["traceEvents"] if kernel_trace else []
+    _refuse_overwrite(
+        target, {"source": source, "kernel_trace": kernel_trace, "engine": engine, **options}
     )
-    if kernel_trace:
-        from xpuruntime.inference.visual.timeline import DEVICE_CATEGORIES
-
-        kernel_events = [e for e in kernel_events if e.get("cat") in DEVICE_CATEGORIES]
+    kernel_events = _kernel_events(Path(kernel_trace)) if kernel_trace else []
     path = Path(source)
     if path.is_file() and path.suffix == ".json":
         from xpuruntime.runtime.record import ExecutionRecord
@@ -249,6 +266,20 @@ def report(
         data.kernel_events = kernel_events
     target.write_text(render_report(data), encoding="utf-8")
     click.echo(f"report written to {target} ({target.stat().st_size / 1e6:.2f} MB)", err=True)
+
+
+def _kernel_events(trace: Path) -> list[dict[str, Any]]:
+    """The device kernels of a Chrome trace; a file that is not one is a usage error."""
+    from xpuruntime.inference.visual.timeline import DEVICE_CATEGORIES
+
+    try:
+        events = json.loads(trace.read_bytes())["traceEvents"]
+        return [e for e in events if e.get("cat") in DEVICE_CATEGORIES]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise click.UsageError(
+            f"--kernel-trace {trace} is not a Chrome trace (JSON with traceEvents): "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _measure(
@@ -268,16 +299,16 @@ def _measure(
 
     path = _model_file(model)
     graph = read_graph_ids(path)
-    layered = PolicyFlags.of(options).layered()
+    layered = _layered(model, options)
     with open_session(model, engine, layered) as sess:
-        feeds = InputFlags.of(options).feeds(sess.inputs, sess.policy.input_shapes)
+        feeds = session_feeds(sess, model, InputFlags.of(options))
         benchmark(sess, feeds, warmup=10, iterations=bench_runs)
         # The distribution is the benchmark's timed runs; its warm-up runs are left out.
         record = msgspec.structs.replace(sess.record(), runs=sess.record().runs[-bench_runs:])
         origin = f"a session of {model} here: {bench_runs} timed runs after 10 warm-up runs"
         data = ReportData(record, origin=origin)
         if times:
-            data.node_times = _times(sess, path, graph, feeds, 10, options)
+            data.node_times = _times(sess, path, graph, feeds, 10, layered)
         if compare_with:
             data.differences = layer_differences(
                 path, graph, _target(f"{sess.engine}:{sess.device}"), _target(compare_with),
@@ -301,10 +332,10 @@ def timeline(model: str, output: str, engine: str, runs: int, **options: Any) ->
     from xpuruntime.inference.visual.timeline import run_timeline
 
     target = Path(output)
-    _refuse_overwrite(target, [Path(model)])
-    layered = PolicyFlags.of(options).layered()
+    _refuse_overwrite(target, {"model": model, "engine": engine, **options})
+    layered = _layered(model, options)
     with open_session(model, engine, layered) as sess:
-        feeds = InputFlags.of(options).feeds(sess.inputs, sess.policy.input_shapes)
+        feeds = session_feeds(sess, model, InputFlags.of(options))
         chosen, device = sess.engine, sess.device
     if chosen not in PROFILED_ENGINES:
         raise click.UsageError(
@@ -329,7 +360,7 @@ def kernel_timeline_command(trace: str, output: str) -> None:
     from xpuruntime.inference.visual.timeline import kernel_timeline
 
     target = Path(output)
-    _refuse_overwrite(target, [Path(trace)])
+    _refuse_overwrite(target, {"trace": trace})
     _, kernels = kernel_timeline(Path(trace), target)
     click.echo(f"{kernels} kernels written to {target}", err=True)
     if not kernels:
