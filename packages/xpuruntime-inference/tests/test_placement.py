@@ -231,3 +231,130 @@ def test_fallbacks_follow_the_fallback_mode_only() -> None:
     record = _record([("relu", ""), ("gather", "")], fallback="allow")
     (fallback,) = record.fallbacks
     assert fallback.what.startswith("1 node(s) 'relu'")
+
+
+def _function_model() -> object:
+    """x -> Flat (a model-local function: Reshape(x, Concat(Gather(Shape(x), 0), [-1])) then
+    Relu): an op ONNX Runtime runs only by inlining its function body."""
+    body = [
+        helper.make_node("Shape", ["X"], ["s"], name="shape"),
+        helper.make_node("Constant", [], ["zero"], value=_const("z", np.array([0], np.int64))),
+        helper.make_node("Gather", ["s", "zero"], ["n"], name="gather", axis=0),
+        helper.make_node("Constant", [], ["m1"], value=_const("m", np.array([-1], np.int64))),
+        helper.make_node("Concat", ["n", "m1"], ["target"], name="concat", axis=0),
+        helper.make_node("Reshape", ["X", "target"], ["r"], name="reshape"),
+        helper.make_node("Relu", ["r"], ["Y"], name="relu"),
+    ]
+    flat = helper.make_function("local", "Flat", ["X"], ["Y"], body, [helper.make_opsetid("", 18)])
+    graph = helper.make_graph(
+        [helper.make_node("Flat", ["x"], ["y"], name="flat", domain="local")],
+        "inlined",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("local", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, functions=[flat])
+    model.ir_version = 10
+    return model
+
+
+@pytest.fixture(scope="module")
+def inlined(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, object, list[str]]:
+    """The model graph, ONNX Runtime's own optimized graph of it (the function body inlined,
+    its nodes renamed) and the names ONNX Runtime's placement reports."""
+    import onnx
+    import onnxruntime as ort
+
+    from xpuruntime.inference.kit.provider_assignment import RECORD_ASSIGNMENT, assigned_nodes
+
+    model = _function_model()
+    path = tmp_path_factory.mktemp("inlined") / "optimized.onnx"
+    options = ort.SessionOptions()
+    options.add_session_config_entry(RECORD_ASSIGNMENT, "1")
+    options.optimized_model_filepath = str(path)
+    session = ort.InferenceSession(
+        model.SerializeToString(),  # type: ignore[attr-defined]
+        options,
+        providers=[CPU],
+    )
+    names = [n.name for n in assigned_nodes(session) or []]
+    return model.graph, onnx.load(str(path)).graph, names  # type: ignore[attr-defined]
+
+
+def _assign(
+    inlined: tuple[object, object, list[str]], on_cpu: set[str], **partitioned: object
+) -> ExecutionRecord:
+    """Record a CUDA placement of the inlined nodes: ``on_cpu`` (inlined names ending so) on
+    the CPU, the rest on CUDA, the way the CUDA EP partitions a shape subgraph."""
+    from xpuruntime.inference.kit.provider_assignment import record_assignment
+
+    graph, optimized, names = inlined
+    nodes = [
+        PlacedNode(n, n.rsplit("_", 1)[-1], CPU if n.rsplit("_", 1)[-1] in on_cpu else CUDA)
+        for n in names
+    ]
+    record = ExecutionRecord(kind="inference")
+    record_assignment(
+        Decisions(ExecutionPolicy(fallback="allow"), record=record),
+        nodes,
+        requested=CUDA,
+        graph=graph,
+        precision="fp32",
+        partitioned=partitioned.get("partitioned", lambda: optimized),  # type: ignore[arg-type]
+    )
+    return record
+
+
+def test_inlined_function_nodes_are_judged_on_the_partitioned_graph(
+    inlined: tuple[object, object, list[str]],
+) -> None:
+    _, _, names = inlined
+    # ONNX Runtime really inlined the body: its nodes, renamed, replace the function op.
+    assert "flat" not in names
+    assert {"_inlfunc_Flat_gather", "_inlfunc_Flat_concat"} <= set(names)
+    record = _assign(inlined, {"gather", "concat", "relu"})
+    nodes = {n.name: n for n in record.nodes}
+    for name in ("_inlfunc_Flat_gather", "_inlfunc_Flat_concat"):
+        assert nodes[name].placement == "host_shape"
+        assert "inlined from Flat's ONNX function body" in nodes[name].reason
+    # The same graph shows the Relu computing on tensor data: still a fallback, saying so.
+    relu = nodes["_inlfunc_Flat_relu"]
+    assert relu.placement == "fallback"
+    assert "inlined from Flat's ONNX function body" in relu.reason
+    assert "tensor data" in relu.reason
+    (fallback,) = record.fallbacks
+    assert "_inlfunc_Flat_relu" in fallback.what
+    assert "gather" not in fallback.what
+
+
+def test_without_the_partitioned_graph_inlined_nodes_stay_fallbacks(
+    inlined: tuple[object, object, list[str]],
+) -> None:
+    def unreadable() -> object:
+        raise OSError("disk full")
+
+    record = _assign(inlined, {"gather"}, partitioned=unreadable)
+    (gather,) = [n for n in record.nodes if n.name == "_inlfunc_Flat_gather"]
+    assert gather.placement == "fallback"
+    assert "does not show it" in gather.reason
+    assert "disk full" in gather.reason
+
+
+def test_the_partitioned_graph_is_read_only_for_unshown_nodes() -> None:
+    from xpuruntime.inference.kit.provider_assignment import record_assignment
+
+    graph = shape_graph()
+    record = ExecutionRecord(kind="inference")
+
+    def never() -> object:
+        raise AssertionError("read although the model graph shows every node")
+
+    record_assignment(
+        Decisions(ExecutionPolicy(fallback="error"), record=record),
+        _placed(graph, {"gather", "unsqueeze", "concat"}),
+        requested=CUDA,
+        graph=graph,
+        precision="fp32",
+        partitioned=never,
+    )
+    assert {n.placement for n in record.nodes} == {"requested", "host_shape"}

@@ -21,7 +21,8 @@ A node the engine did not place on the requested device is one of two things:
 The engine says where nodes ran (ONNX Runtime's graph-assignment information, OpenVINO's
 ``EXECUTION_DEVICES``); the graph says what they compute. A node the graph does not show (made
 by the engine's optimizer) cannot be shown to be shape computation and counts as a fallback,
-with that reason.
+with that reason, unless the graph the engine partitioned (its own optimized graph, where the
+engine can write it) shows it: :func:`explain_unshown`.
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ class Classified:
     node: PlacedNode
     placement: Placement
     reason: str = ""
+    #: False when the analysed graph did not show the node (a fallback for want of evidence).
+    shown: bool = True
 
 
 def name_nodes(nodes: Sequence[PlacedNode]) -> str:
@@ -289,7 +292,9 @@ def classify(
                 "it, or several subgraphs share its name), so it cannot be shown to be shape "
                 "computation"
             )
-            classified.append(Classified(node, "fallback", f"{elsewhere_reason}; {why}"))
+            classified.append(
+                Classified(node, "fallback", f"{elsewhere_reason}; {why}", shown=False)
+            )
         elif verdict[0]:
             classified.append(
                 Classified(node, "host_shape", f"host-side shape computation: {verdict[1]}")
@@ -297,6 +302,37 @@ def classify(
         else:
             classified.append(Classified(node, "fallback", f"{elsewhere_reason}: {verdict[1]}"))
     return classified
+
+
+def explain_unshown(
+    classified: Sequence[Classified],
+    partitioned: ShapeAnalysis,
+    *,
+    origins: Mapping[str, str],
+    elsewhere_reason: str,
+) -> list[Classified]:
+    """Judge again, on the graph the engine actually partitioned (``partitioned``: its own
+    optimized graph), the nodes the model graph did not show. ``origins`` names, per node, what
+    the engine made it from (``"inlined from Attention's ONNX function body"``). A node that graph shows as
+    shape computation becomes ``host_shape``; one it shows computing on tensor data stays a
+    fallback with that reason; one it does not show either stays as it was."""
+    judged = []
+    for c in classified:
+        verdict = None if c.shown else partitioned.verdict(c.node.name)
+        if verdict is None:
+            judged.append(c)
+            continue
+        made = origins.get(c.node.name, "made by the engine while partitioning")
+        if verdict[0]:
+            reason = (
+                f"host-side shape computation, {made} (shown by the engine's partitioned "
+                f"graph): {verdict[1]}"
+            )
+            judged.append(Classified(c.node, "host_shape", reason))
+        else:
+            reason = f"{elsewhere_reason}: {made}; {verdict[1]}"
+            judged.append(Classified(c.node, "fallback", reason))
+    return judged
 
 
 def record_placement(

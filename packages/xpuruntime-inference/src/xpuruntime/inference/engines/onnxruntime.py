@@ -145,7 +145,7 @@ class OnnxRuntimeAdapter(EngineAdapter):
                 session = _create(ort, load_path, config, provider)
             finally:
                 ort.set_default_logger_severity(ORT_SEVERITIES[policy.engine_log_level])
-        plan.options["logged"] = logged
+        plan.options.update(logged=logged, load_path=load_path)
         if provider == CUDA_EP and CUDA_EP not in session.get_providers():
             decisions.fallback(
                 what="execution provider",
@@ -180,6 +180,7 @@ class OnnxRuntimeAdapter(EngineAdapter):
             graph=plan.info.graph,
             precision=plan.precision,
             cpu_preferred=cpu_preferred_nodes(plan.options.get("logged", ())),
+            partitioned=lambda: _partitioned_graph(ort, plan),
         )
         for node in record.nodes:
             node.precision = plan.info.node_precision(node.name) or node.precision
@@ -277,6 +278,30 @@ def _create(ort: Any, path: Path, config: Any, provider: str) -> Any:
                 f"ONNX Runtime {ort.__version__} has no kernel for a node of {path}: {message}"
             ) from exc
         raise  # the kit types it (memory-class failures, else InvalidModelError)
+
+
+def _partitioned_graph(ort: Any, plan: BuildPlan) -> Any:
+    """The GraphProto ONNX Runtime partitions for ``plan``: a second session with the same
+    options and providers writes its optimized graph, where the nodes ONNX Runtime made (the
+    function bodies it inlined for ops the provider lacks) appear with the names the placement
+    reports. Only called when placed nodes remain that the model graph does not show."""
+    import tempfile
+
+    import onnx
+
+    config = plan.options["config"]
+    options = config.options
+    saved = options.optimized_model_filepath, options.enable_profiling
+    with tempfile.TemporaryDirectory(prefix="xpuruntime-partitioned-") as folder:
+        path = Path(folder) / "partitioned.onnx"
+        options.optimized_model_filepath = str(path)
+        options.enable_profiling = False  # the probe session is no run of the user's
+        try:
+            with native_stderr_to_logging("onnxruntime", plan.policy.engine_log_level):
+                _create(ort, plan.options["load_path"], config, str(plan.target.native))
+        finally:
+            options.optimized_model_filepath, options.enable_profiling = saved
+        return onnx.load(str(path), load_external_data=False).graph
 
 
 def _strict_refusal(ort: Any, path: Path, config: Any, provider: str, message: str) -> str:
