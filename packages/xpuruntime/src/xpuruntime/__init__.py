@@ -144,7 +144,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static names for type checkers and IDEs; never executed
-    from xpuruntime.inference import InferenceSession as InferenceSession
+    from xpuruntime.inference import (
+        InferenceSession as InferenceSession,
+    )
     from xpuruntime.policies import (
         BestPerformance as BestPerformance,
     )
@@ -157,15 +159,54 @@ if TYPE_CHECKING:  # static names for type checkers and IDEs; never executed
     from xpuruntime.policies import (
         KernelPolicy as KernelPolicy,
     )
-    from xpuruntime.policies.errors import PolicyError as PolicyError
-    from xpuruntime.policies.errors import XpuRuntimeError as XpuRuntimeError
-    from xpuruntime.runtime import Device as Device
+    from xpuruntime.policies import (
+        MemoryPolicy as MemoryPolicy,
+    )
+    from xpuruntime.policies import (
+        OpPolicy as OpPolicy,
+    )
+    from xpuruntime.policies import (
+        load_policy as load_policy,
+    )
+    from xpuruntime.policies.errors import (
+        PolicyError as PolicyError,
+    )
+    from xpuruntime.policies.errors import (
+        XpuRuntimeError as XpuRuntimeError,
+    )
+    from xpuruntime.runtime import (
+        Device as Device,
+    )
+    from xpuruntime.runtime import (
+        environment_fingerprint as environment_fingerprint,
+    )
+    from xpuruntime.runtime import (
+        get_current_device as get_current_device,
+    )
+    from xpuruntime.runtime import (
+        get_device_count as get_device_count,
+    )
+    from xpuruntime.runtime import (
+        set_current_device as set_current_device,
+    )
+    from xpuruntime.runtime import (
+        synchronize as synchronize,
+    )
     from xpuruntime.runtime.errors import (
         CudaError as CudaError,
+    )
+    from xpuruntime.runtime.errors import (
+        EngineNotInstalledError as EngineNotInstalledError,
+    )
+    from xpuruntime.runtime.errors import (
+        FallbackError as FallbackError,
     )
     from xpuruntime.runtime.errors import (
         OutOfMemoryError as OutOfMemoryError,
     )
     from xpuruntime.runtime.errors import (
         UnsupportedOperationError as UnsupportedOperationError,
+    )
+    from xpuruntime.runtime.record import (
+        ExecutionRecord as ExecutionRecord,
     )
