@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import sys
+import time
 import warnings
 from typing import Any, Literal
 
@@ -31,6 +32,23 @@ from xpuruntime.runtime.errors import FallbackError, RecordSchemaError, Unsuppor
 #: 2 added NodeRecord.placement/reason, DecisionRecord.status, ExecutionRecord.policy_sources
 #: and RunRecord.device.
 RECORD_SCHEMA_VERSION = 2
+
+# (seconds since the epoch, "YYYY-MM-DDTHH:MM:SS" of that second in UTC)
+_second: tuple[int, str] = (-1, "")
+
+
+def utc_now() -> str:
+    """Now in UTC as ``datetime.now(timezone.utc).isoformat()`` writes it, the second
+    formatted once per second: a training scope makes a record per entry, and isoformat()
+    alone costs microseconds."""
+    global _second
+    seconds, micros = divmod(time.time_ns() // 1000, 1_000_000)
+    if _second[0] != seconds:
+        text = _dt.datetime.fromtimestamp(seconds, _dt.timezone.utc).isoformat()
+        _second = (seconds, text.removesuffix("+00:00"))
+    prefix = _second[1]
+    return f"{prefix}.{micros:06d}+00:00" if micros else f"{prefix}+00:00"
+
 
 FallbackMode = Literal["error", "warn", "allow"]
 CopyDirection = Literal["host_to_device", "device_to_host", "device_to_device"]
@@ -148,9 +166,7 @@ class ExecutionRecord(msgspec.Struct, forbid_unknown_fields=True):
 
     kind: Literal["inference", "training"]
     schema_version: int = RECORD_SCHEMA_VERSION
-    created_at: str = msgspec.field(
-        default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat()
-    )
+    created_at: str = msgspec.field(default_factory=utc_now)
     model: str | None = None
     policy: dict[str, Any] = msgspec.field(default_factory=dict)
     policy_hash: str | None = None

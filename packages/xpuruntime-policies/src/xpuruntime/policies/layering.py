@@ -181,17 +181,39 @@ def policy_variables(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """The ``XPURUNTIME_POLICY_*`` variables of ``environ``, sorted: all the environment
     layer depends on, so a caller can key a cache on it.
 
-    For ``os.environ`` a search of CPython's encoded table decides first whether there is
-    any: decoding every variable of the process (what iterating ``os.environ`` does) costs
-    more than the rest of a policy scope.
+    For ``os.environ`` CPython's encoded table decides first whether anything changed since
+    the last call, else whether there is any: decoding every variable of the process (what
+    iterating ``os.environ`` does) costs more than the rest of a policy scope.
     """
+    global _last_read
+    names: list[Any] | None = None
     if environ is os.environ and _ENCODED is not None:
-        # One search in C over the joined names (a name holds no NUL) answers the usual
-        # case, no policy variable, without a Python loop over the environment.
         data, separator, marker = _ENCODED
-        if marker not in separator + separator.join(data):
+        # The usual call finds the same variable names as the last one (a copy of the
+        # name list compared in C, names by identity first) and rereads only the values
+        # of the policy variables among them.
+        names = list(data)
+        last = _last_read
+        if last is not None and last[0] == names:
+            keys = last[1]
+            if not keys or [data[key] for key in keys] == last[2]:
+                return last[3]
+        elif marker not in separator + separator.join(names):
+            # One search in C over the joined names (a name holds no NUL) answers the
+            # usual case, no policy variable, without a Python loop over the environment.
+            _last_read = (names, (), [], ())
             return ()
-    return tuple(sorted((k, v) for k, v in environ.items() if k.startswith(ENV_PREFIX)))
+    variables = tuple(sorted((k, v) for k, v in environ.items() if k.startswith(ENV_PREFIX)))
+    if names is not None:  # taken before the variables were: a change in between misses
+        keys = tuple(os.environ.encodekey(name) for name, _ in variables)
+        values = [os.environ.encodevalue(value) for _, value in variables]
+        _last_read = (names, keys, values, variables)
+    return variables
+
+
+# The last read of os.environ's policy variables: (every encoded name, the policy
+# variables' encoded names, their encoded values, the variables).
+_last_read: tuple[list[Any], tuple[Any, ...], list[Any], tuple[tuple[str, str], ...]] | None = None
 
 
 #: Environment layers already read, by the variables they were read from. A policy scope

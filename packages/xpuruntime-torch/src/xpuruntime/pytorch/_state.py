@@ -44,7 +44,7 @@ LOCK = threading.RLock()
 DEFAULT_EXECUTION = ExecutionPolicy()
 
 
-@dataclass
+@dataclass(slots=True)
 class State:
     kernel_policy: KernelPolicy | None
     execution: ExecutionPolicy | None

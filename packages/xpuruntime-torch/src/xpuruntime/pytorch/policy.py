@@ -29,6 +29,7 @@ switches the policy touches are read, written and (on leaving a scope) restored.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -65,7 +66,7 @@ from xpuruntime.pytorch._state import (
     swap,
     training_device,
 )
-from xpuruntime.pytorch.lock import apply_switch_lock
+from xpuruntime.pytorch.lock import apply_switch_lock, follow_state
 from xpuruntime.pytorch.mapping import Plan, PlannedSetting, plan
 from xpuruntime.pytorch.switches import SWITCHES, read, torch_version, write, write_changed
 from xpuruntime.runtime.decisions import Decisions
@@ -93,7 +94,7 @@ __all__ = [
 ]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Scope:
     saved_state: State
     # The values from before the scope of the switches it changed, written back on leaving
@@ -121,6 +122,9 @@ class _Request:
     policy: ExecutionPolicy
     #: planned.writes(), and the switches a lock may write on top.
     writes: dict[str, Any]
+    #: (name, reader) of the switches of ``writes`` this PyTorch has: all a scope reads
+    #: when no lock is involved and the policy in effect changed none but these.
+    readers: tuple[tuple[str, Callable[[], Any]], ...]
     locked: frozenset[str]
     unapplied: frozenset[str]
     lock: LockStore | None
@@ -161,7 +165,10 @@ def _request(
     keyword arguments."""
     key = _request_key(policy, execution, ops)
     if key is not None:
-        cached = _requests.get(key)
+        try:
+            cached = _requests.get(key)
+        except TypeError:  # an op=kernel keyword given as a mapping: layered every time
+            cached, key = None, None
         if cached is not None and cached[0] is policy and cached[1] is execution:
             return cached[2]
     _check_arguments(policy, execution, ops)
@@ -178,7 +185,7 @@ def _request_key(
 ) -> tuple[Any, ...] | None:
     variables = policy_variables(os.environ)
     stamp: tuple[int, int] | None = None
-    if policy is None and execution is None:
+    if variables and policy is None and execution is None:
         file = dict(variables).get(FILE_VARIABLE)
         if file:
             try:
@@ -186,12 +193,7 @@ def _request_key(
             except OSError:
                 return None  # layering reports the missing file
             stamp = (stat.st_mtime_ns, stat.st_size)
-    key = (id(policy), id(execution), tuple(sorted(ops.items())), variables, stamp)
-    try:
-        hash(key)
-    except TypeError:  # an op=kernel keyword given as a mapping: layered every time
-        return None
-    return key
+    return (id(policy), id(execution), tuple(sorted(ops.items())), variables, stamp)
 
 
 def _plan_is_pure(planned: Plan) -> bool:
@@ -230,6 +232,7 @@ def _layer(
     devices = _decided_devices(applied)
     fields, policy_hash = _policy_fields(kernel_policy, applied)
     planned = plan(kernel_policy, applied, devices, settings)
+    available = [name for name in planned.writes() if name in _AVAILABLE]
     decided_under = applied if applied is not None else DEFAULT_EXECUTION
     if kernel_policy is not None and applied is not None:
         decided_under = applied.replace(kernel_policy=kernel_policy)
@@ -243,6 +246,7 @@ def _layer(
         policy_hash=policy_hash,
         policy=decided_under,
         writes=planned.writes(),
+        readers=tuple((name, SWITCHES[name].read) for name in available),
         locked=_locked(applied),
         unapplied=frozenset(e.name for e in planned.unapplicable if e.mode is not None),
         lock=policy_store(decided_under),
@@ -281,6 +285,17 @@ def _verify(
 ) -> SettingRecord:
     """The setting as PyTorch reports it: ``after`` holds every touched switch's value read
     after the writes (PyTorch's answer, not what was written)."""
+    writes = setting.writes
+    if not refused and _AVAILABLE.issuperset(writes):
+        applied = {name: after[name] for name in writes}
+        if applied == writes:  # the usual case, honoured, without building a note
+            return SettingRecord(
+                name=setting.name,
+                requested=setting.requested,
+                applied=applied or None,
+                honoured=True,
+                note=setting.note,
+            )
     missing = [name for name in setting.writes if name not in _AVAILABLE]
     applied = {name: after[name] for name in setting.writes if name not in missing}
     honoured = not missing and all(applied[name] == value for name, value in setting.writes.items())
@@ -424,11 +439,13 @@ def _apply(
     record = decisions.record
     record.settings = settings
     record.precision = _precision_choice(execution, settings, request.devices)
-    if not all(result.honoured for result in settings):
+    if any(not result.honoured for result in settings):
         _record_not_honoured(planned, settings, decisions)
     apply_switch_lock(request.kernel, execution, writes, decisions)
     # The switches now differing from their baseline are the ones to restore on clearing.
     locked = request.locked
+    if not locked and writes.keys() >= baseline.keys():  # every switch read is the plan's
+        return decisions, baseline, changed
     kept = {name: value for name, value in baseline.items() if name in writes or name in locked}
     return decisions, kept, changed
 
@@ -446,8 +463,6 @@ _AVAILABLE = frozenset(name for name, switch in SWITCHES.items() if switch.avail
 def _touched(request: _Request, state: State) -> list[str]:
     """The switches applying ``request`` over ``state`` may change: the plan's, the ones the
     state's policy changed (back to their baseline), and every one under a lock."""
-    if not state.baseline and not request.locked:
-        return [name for name in request.writes if name in _AVAILABLE]
     names = {*request.writes, *state.baseline, *request.locked}
     return [name for name in names if name in _AVAILABLE]
 
@@ -456,7 +471,12 @@ def _activate(request: _Request) -> tuple[ExecutionRecord, _Scope]:
     """Apply under the lock; on any error the switches are put back as they were. Returns
     the record, and what leaving a scope of it restores."""
     state = current()
-    before = {name: read(name) for name in _touched(request, state)}
+    if not request.locked and request.writes.keys() >= state.baseline.keys():
+        # Only the plan's switches can change (the usual case: no policy in effect, or the
+        # same one applied again).
+        before = {name: reader() for name, reader in request.readers}
+    else:
+        before = {name: read(name) for name in _touched(request, state)}
     try:
         decisions, baseline, changed = _apply(request, state, before)
     except BaseException:
@@ -505,7 +525,7 @@ def clear_kernel_policy() -> None:
     """Drop the policy and put PyTorch's switches back to their values before it."""
     with LOCK:
         write_changed(current().baseline)
-        swap(no_policy())  # a fresh record too: the cleared policy's decisions go with it
+        follow_state(swap(no_policy()))  # a fresh record; the cleared policy's lock ends
 
 
 class _PolicyScope(AbstractContextManager[ExecutionRecord]):
@@ -526,6 +546,7 @@ class _PolicyScope(AbstractContextManager[ExecutionRecord]):
                 saved_switches = {name: read(name) for name in saved_state.baseline}
                 write_changed(saved_state.baseline, saved_switches)
                 record = swap(no_policy()).record
+                follow_state(current())  # the dispatcher's lock stops recording in here
                 scope = _Scope(saved_state, saved_switches, compare=True)
             else:
                 record, scope = _activate(request)
@@ -540,7 +561,7 @@ class _PolicyScope(AbstractContextManager[ExecutionRecord]):
             if _scopes[-1] is scope:
                 _scopes.pop()
                 _restore(scope)
-                swap(scope.saved_state)
+                follow_state(swap(scope.saved_state))  # a lock ends with its scope
                 return
             # Left before a scope entered after it: that scope now owns the state to
             # restore (its own saved switches, and ours from further back), and the

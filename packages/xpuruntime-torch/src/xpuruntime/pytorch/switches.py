@@ -58,15 +58,31 @@ def _blas_write(value: str) -> None:
     torch.backends.cuda.preferred_blas_library(value)
 
 
+def _missing(*_: Any) -> Any:
+    raise AttributeError("not in this PyTorch (the switch reports available() == False)")
+
+
+def _first(*candidates: tuple[object, str]) -> Callable[..., Any]:
+    """The first function of ``candidates`` (object, attribute) this PyTorch has."""
+    for obj, attribute in candidates:
+        function: Callable[..., Any] | None = getattr(obj, attribute, None)
+        if function is not None:
+            return function
+    return _missing
+
+
 def _sdp(flag: str) -> Switch:
     cuda = torch.backends.cuda
-    reader = f"{flag}_sdp_enabled"
     writer = f"enable_{flag}_sdp"
+    # Looked up once, and PyTorch's own functions in torch._C where they are (the public
+    # ones only forward to them): a policy scope reads and writes these on every entry.
+    get = _first((torch._C, f"_get_{flag}_sdp_enabled"), (cuda, f"{flag}_sdp_enabled"))
+    set_ = _first((torch._C, f"_set_sdp_use_{flag}"), (cuda, writer))
     return Switch(
         name=f"sdp.{flag}",
         available=_has(cuda, writer),
-        read=lambda: bool(getattr(cuda, reader)()),
-        write=lambda value: getattr(cuda, writer)(bool(value)),
+        read=lambda: bool(get()),
+        write=lambda value: set_(bool(value)),
         since="2.2" if flag == "cudnn" else "2.0",
     )
 
