@@ -43,13 +43,23 @@ def _policy_sources(record: ExecutionRecord) -> Table:
     )
     for column in ("setting", "value", "set by"):
         table.add_column(column, overflow="fold")
-    paths = set(record.policy_sources) | set(
-        _leaf_paths(record.policy.get("execution"), "execution")
-    )
+    sources = record.policy_sources
+    leaves = _leaf_paths(record.policy.get("execution"), "execution")
+    # One row per setting: a leaf under a setting a layer set whole (input_shapes from a
+    # command) is that setting's value, not a second row claiming "default".
+    paths = set(sources) | {p for p in leaves if not any(p.startswith(f"{s}.") for s in sources)}
     for path in sorted(paths):
-        source = record.policy_sources.get(path, "default")
-        table.add_row(_fmt(path), _fmt(_setting_value(record.policy, path)), _fmt(source))
+        value, source = _setting_value(record.policy, path), sources.get(path, "default")
+        if path == "execution.precision" and path not in sources and _precision_unset(record):
+            # The precision rule treats an unset precision as "the model's own", which the
+            # Choices table says; the policy's fp32 placeholder is no setting of anyone's.
+            value = "not set (the model's stored precision)"
+        table.add_row(_fmt(path), _fmt(value), _fmt(source))
     return table
+
+
+def _precision_unset(record: ExecutionRecord) -> bool:
+    return record.precision is not None and record.precision.requested is None
 
 
 def _leaf_paths(node: Any, prefix: str) -> list[str]:

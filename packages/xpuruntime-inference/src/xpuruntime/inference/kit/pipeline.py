@@ -20,6 +20,7 @@ from xpuruntime.inference.kit.limits import check_limits
 from xpuruntime.inference.kit.locking import EngineLock
 from xpuruntime.inference.kit.shapes import free_dimension_overrides, record_static_shape
 from xpuruntime.inference.precision import apply_precision
+from xpuruntime.inference.settings import refuse_unhonoured
 from xpuruntime.policies.errors import XpuRuntimeError
 from xpuruntime.runtime.decisions import Decisions
 from xpuruntime.runtime.engines import Engine
@@ -69,6 +70,7 @@ def build_session(
 ) -> KitSession:
     """Run the kit's pipeline for ``adapter`` (see :mod:`xpuruntime.inference.kit.adapter`)."""
     name = adapter.name
+    first_setting = len(record.settings)
     check_limits(policy, adapter.limits(), name)
     store = Decisions.for_policy(policy, record=record).lock
     if store is not None and policy.lock == "replay":
@@ -121,6 +123,7 @@ def build_session(
     adapter.read_placement(built, plan, decisions)
     if lock is not None:
         _settle_lock(adapter, lock, built, plan)
+    refuse_unhonoured(decisions, first_setting)
     return adapter.session(built, plan)
 
 

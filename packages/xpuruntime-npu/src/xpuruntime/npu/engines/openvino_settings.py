@@ -171,9 +171,11 @@ def _check_precision(
         )
         return
     ran = precision_of(hint)
-    honoured = ran == precision
+    # The row answers the user's request (a precision fallback the kit already recorded
+    # is not honoured); a fallback is added only where OpenVINO strays from the kit's choice.
+    honoured = ran == (requested if requested is not None else precision)
     add_setting(record, "precision", requested, ran, honoured, "INFERENCE_PRECISION_HINT")
-    if honoured:
+    if ran == precision:
         if record.precision is None:  # an OpenVINO IR model: the kit leaves it to the engine
             record.precision = Choice(requested, ran, "INFERENCE_PRECISION_HINT read back")
         return
