@@ -651,3 +651,28 @@ def test_visual_commands_feed_a_bundle_its_reference_inputs(
     bundle = make_bundle(tmp_path / "b.bundle", demo)
     result = invoke(runner, *(a.format(b=bundle, t=tmp_path) for a in args))
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("command", [["run"], ["lock", "replay"], ["explain"], ["bench"]])
+def test_a_lock_that_is_not_a_lockfile_is_a_usage_error(
+    runner: CliRunner, demo: Path, tmp_path: Path, command: list[str]
+) -> None:
+    text = tmp_path / "text.onnx"
+    text.write_text("hello")
+    result = invoke(runner, *command, str(demo), "--dim", "batch=2", "--lock", str(text))
+    assert result.exit_code == 2, result.output
+    assert "LockfileError" in one_line_error(result)
+    assert text.read_text() == "hello"
+
+
+@pytest.mark.parametrize("args", [["policy", "kernels", "bogus"], ["policy", "diff", "{p}", "{t}"]])
+def test_policy_usage_errors_exit_2_under_xpuruntime(
+    runner: CliRunner, tmp_path: Path, args: list[str]
+) -> None:
+    good = PolicyDocument().save(tmp_path / "p1.json")
+    text = tmp_path / "text.onnx"
+    text.write_text("hello")
+    result = invoke(runner, *(a.format(p=good, t=text) for a in args))
+    assert result.exit_code == 2, result.output
+    one_line_error(result)
+    assert text.read_text() == "hello"

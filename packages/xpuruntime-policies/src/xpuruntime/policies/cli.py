@@ -1,12 +1,16 @@
 """``xpuruntime-policy`` (and ``xpuruntime policy``): validate, show, diff, hash policy files.
 
-Exit codes: 0 success; 1 invalid file or differences found; 2 usage error (click's own).
+Exit codes: 0 success; 1 ``validate`` found an invalid file, or ``diff`` found differences;
+2 a usage error: an unknown flag or name, or an input file that cannot be read as a policy
+(``show``, ``diff`` and ``hash`` cannot do their work, which CI must tell from "differ").
+Errors are one line on stderr (``error: ...``), as ``xpuruntime``'s.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -29,6 +33,7 @@ from xpuruntime.policies.layering import resolve_policy
 from xpuruntime.policies.schema import json_schema
 
 EXIT_INVALID = 1
+EXIT_USAGE = 2
 
 _policy_file = click.Path(exists=True, dir_okay=False, path_type=Path)
 _format_option = click.option(
@@ -41,8 +46,37 @@ _format_option = click.option(
 
 
 def _fail(error: PolicyError) -> NoReturn:
-    click.echo(f"error: {error}", err=True)
-    sys.exit(EXIT_INVALID)
+    """An input that cannot be used (a file that is not a policy, an unknown op): exit 2."""
+    raise click.UsageError(str(error))
+
+
+class _OneLineErrors(click.Group):
+    """``xpuruntime-policy`` on its own: click's errors as one ``error:`` line, not click's
+    three-line usage block. (Under ``xpuruntime policy`` the ``xpuruntime`` group does this.)"""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as exc:
+            where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"error: {' '.join(exc.format_message().split())}{where}", err=True)
+            sys.exit(EXIT_USAGE)
+        except click.ClickException as exc:
+            click.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(EXIT_INVALID)
+        sys.exit(result if isinstance(result, int) else 0)
 
 
 def _load(path: Path, fmt: Format | None) -> PolicyDocument:
@@ -52,7 +86,9 @@ def _load(path: Path, fmt: Format | None) -> PolicyDocument:
         _fail(error)
 
 
-@click.group(name="policy", context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    name="policy", cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(package_name="xpuruntime-policies", prog_name="xpuruntime-policy")
 def policy() -> None:
     """Check, normalize, compare and hash xpuruntime policy files (JSON, YAML, TOML)."""

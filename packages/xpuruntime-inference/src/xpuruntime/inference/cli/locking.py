@@ -17,7 +17,13 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from xpuruntime.inference.cli.options import MODEL, InputFlags, checked_engine, input_options
+from xpuruntime.inference.cli.options import (
+    MODEL,
+    InputFlags,
+    checked_engine,
+    checked_lockfile,
+    input_options,
+)
 from xpuruntime.inference.cli.output import Output, json_option
 from xpuruntime.policies.errors import XpuRuntimeError
 from xpuruntime.policies.json_output import check_output_file, write_json
@@ -151,11 +157,11 @@ def record(json_target: str | None, **options: Any) -> None:
 @json_option("the decisions, locked or fallen back")
 def replay(json_target: str | None, **options: Any) -> None:
     """Run MODEL replaying --lock; says which decisions were locked and which fell back."""
-    if not Path(options["lock_file"]).is_file():
-        raise click.BadParameter(
-            f"{options['lock_file']}: no such lockfile; record one with `xpuruntime lock record`",
-            param_hint="--lock",
-        )
+    try:
+        checked_lockfile(None, None, options["lock_file"])
+    except click.BadParameter as exc:
+        exc.param_hint = "--lock"
+        raise
     sess = _run_locked("replay", **options)
     out = Output(json_target)
     out.print(_decisions_table(out, sess))

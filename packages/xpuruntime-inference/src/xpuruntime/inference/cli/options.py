@@ -114,6 +114,7 @@ def policy_options(func: F) -> F:
                 "--lock",
                 "lock_file",
                 type=click.Path(exists=True, dir_okay=False),
+                callback=checked_lockfile,
                 help="Replay the decisions of this lockfile: kernels, algorithms and engine "
                 "options as recorded (policy settings lock='replay' and 'lock_file'; record one "
                 "with `xpuruntime lock record`).",
@@ -125,6 +126,27 @@ def policy_options(func: F) -> F:
             ),
         ],
     )
+
+
+def checked_lockfile(
+    _ctx: click.Context | None, _param: click.Parameter | None, value: str | None
+) -> str | None:
+    """``--lock FILE`` to replay: a file that is not a lockfile is a usage error before any
+    work (as for ``lock show``), not a failure after the session opened."""
+    from xpuruntime.policies.errors import XpuRuntimeError
+    from xpuruntime.policies.lock import Lockfile
+
+    if value is None:
+        return None
+    if not Path(value).is_file():
+        raise click.BadParameter(
+            f"{value}: no such lockfile; record one with `xpuruntime lock record`"
+        )
+    try:
+        Lockfile.load(value)
+    except XpuRuntimeError as exc:
+        raise click.BadParameter(f"{type(exc).__name__}: {exc}") from exc
+    return value
 
 
 def checked_engine(_ctx: click.Context | None, _param: click.Parameter | None, value: str) -> str:

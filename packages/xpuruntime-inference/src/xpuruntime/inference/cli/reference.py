@@ -26,7 +26,7 @@ Generated from the commands themselves (`python -m xpuruntime.inference.cli.refe
 |---|---|
 | 0 | success; for `compare`, `lock diff`, `policy diff` and `bundle verify`: no difference |
 | 1 | a runtime failure (the engine refused, a fallback under `fallback="error"`, a file that cannot be written, out of memory), or a difference found (`compare`, `lock diff`, `policy diff`, `bundle verify`; `policy validate` with an invalid file) |
-| 2 | a usage error: an unknown flag, name or value (engines, devices, cache kinds, `XPURUNTIME_POLICY_*` variables), an invalid value (a dimension below 1, a negative seed or tolerance), a missing file or folder, an empty or non-ONNX model, a file that is not a lockfile, an output path that would overwrite an input |
+| 2 | a usage error: an unknown flag, name or value (engines, devices, cache kinds, `XPURUNTIME_POLICY_*` variables), an invalid value (a dimension below 1, a negative seed or tolerance), a missing file or folder, an empty or non-ONNX model, a file that is not a lockfile (`--lock`) or a policy (`policy show/diff/hash`), an output path that would overwrite an input or cannot be written |
 
 Errors are one line on stderr (`error: ...`); `--debug` or `XPURUNTIME_DEBUG=1` shows the
 traceback instead.
