@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -197,13 +198,22 @@ def export(
     (folder / "environment.json").write_text(
         json.dumps(environment_fingerprint(), indent=2, sort_keys=True) + "\n", encoding="utf-8"
     )
+    from xpuruntime.pytorch.export_map import exported_ops, input_shapes, model_lock
+
+    ops = exported_ops(graph, forms, trained)
     lock_name = None
     if locked is not None:
         lock_name = "lock.json"
+        locked, left_out = model_lock(locked, ops)
+        if left_out:
+            warnings.warn(
+                f"export: {len(left_out)} lock entries for ops this model does not hold were "
+                f"left out of the bundle (another model's training): {left_out[:4]}",
+                stacklevel=2,
+            )
         locked.save(folder / lock_name)
         if artifacts is not None and artifacts.is_dir():
             shutil.copytree(artifacts, artifact_folder(folder / lock_name))
-    from xpuruntime.pytorch.export_map import exported_ops, input_shapes
 
     record = ExportRecord(
         opset=forms.opset,
@@ -211,7 +221,7 @@ def export(
         probed_dtype=forms.dtype,
         forms={family: forms.describe(family) for family in forms.forms},
         fused=fused,
-        ops=exported_ops(graph, forms, trained),
+        ops=ops,
         input_shapes=input_shapes(graph, input_names),
     )
     files = {

@@ -13,9 +13,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from xpuruntime.policies.bundle import ExportedNode, ExportedOp
+from xpuruntime.policies.lock import Lockfile
 from xpuruntime.pytorch.onnx_forms import Forms
 
-__all__ = ["FAMILIES", "exported_ops", "input_shapes", "trained_kernels"]
+__all__ = ["FAMILIES", "exported_ops", "input_shapes", "model_lock", "trained_kernels"]
 
 #: xpuruntime torch op -> its kernel-policy entry (the "family" of its ONNX form).
 FAMILIES: dict[str, str] = {
@@ -97,3 +98,30 @@ def trained_kernels(decisions: Iterable[Any]) -> dict[str, list[str]]:
         if decision.op in families:
             found.setdefault(decision.op, set()).add(f"{decision.kernel} ({decision.status})")
     return {family: sorted(kernels) for family, kernels in found.items()}
+
+
+#: Policy family -> the per-call lock ops (core dispatcher, PyTorch) that decide for it.
+_LOCK_OPS = {
+    "attention": {"attention"},
+    "layernorm": {"layernorm"},
+    "rmsnorm": {"rmsnorm"},
+    "linear": {"linear", "matmul"},
+}
+
+
+def model_lock(lock: Lockfile, ops: Iterable[ExportedOp]) -> tuple[Lockfile, list[str]]:
+    """The lock entries that concern the exported model, and the ones left out (described).
+
+    A lockfile collects every recording run that wrote to it, other models' included: a
+    per-call entry of the core dispatcher or PyTorch is kept only when its op belongs to a
+    family the exported graph holds. Process-wide switch entries and engines' entries stay.
+    """
+    wanted = set().union(*(_LOCK_OPS.get(op.family, {op.family}) for op in ops))
+    kept, dropped = [], []
+    for entry in lock:
+        per_call = entry.domain in ("core", "pytorch") and entry.layout != "switches"
+        if per_call and entry.op not in wanted:
+            dropped.append(entry.describe())
+        else:
+            kept.append(entry)
+    return Lockfile(kept, lock.environments), dropped

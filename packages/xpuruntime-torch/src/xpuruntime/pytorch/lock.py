@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from xpuruntime.runtime.decisions import Decisions
     from xpuruntime.runtime.record import DecisionStatus, ExecutionRecord
 
-__all__ = ["apply_switch_lock", "attention_kernel", "sdpa_backend"]
+__all__ = ["apply_switch_lock", "attention_kernel", "follow_state", "sdpa_backend"]
 
 #: Lock entry op of each switch group.
 _SWITCH_OPS = {
@@ -167,6 +167,23 @@ def apply_switch_lock(
             _note(record, entry, "decided", f"switches recorded to {store.path.name}")
         return
     _replay_switches(store, policy_writes, current, decisions)
+
+
+def follow_state(state: _state.State) -> None:
+    """The dispatcher's lock follows the policy back in effect after a scope ends or the
+    policy is cleared: a lock that policy does not name is flushed (the file is written at
+    scope exit) and stops recording; a lock it names is (re)activated."""
+    active = core_lock.active()
+    execution = state.execution
+    if execution is None or execution.lock == "off" or execution.lock_file is None:
+        if active is not None:
+            core_lock.deactivate()
+        return
+    policy = active.policy if active is not None else None
+    if policy is None or (policy.lock, policy.lock_file) != (execution.lock, execution.lock_file):
+        kernel = state.kernel_policy
+        combined = execution.replace(kernel_policy=kernel) if kernel is not None else execution
+        core_lock.activate(combined, state.record)
 
 
 def _replay_switches(
