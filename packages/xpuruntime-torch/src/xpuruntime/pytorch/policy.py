@@ -435,11 +435,16 @@ def _apply(
             write(name, wanted, refused)
             after[name] = read(name)  # PyTorch's answer, not what was written
             changed.append(name)
-    settings = [_verify(setting, refused, after) for setting in planned.settings]
+    settings = []
+    honoured = True
+    for setting in planned.settings:  # a loop, not comprehensions: this runs per scope
+        result = _verify(setting, refused, after)
+        settings.append(result)
+        honoured = honoured and result.honoured
     record = decisions.record
     record.settings = settings
     record.precision = _precision_choice(execution, settings, request.devices)
-    if any(not result.honoured for result in settings):
+    if not honoured:
         _record_not_honoured(planned, settings, decisions)
     apply_switch_lock(request.kernel, execution, writes, decisions)
     # The switches now differing from their baseline are the ones to restore on clearing.
@@ -493,6 +498,8 @@ def _activate(request: _Request) -> tuple[ExecutionRecord, _Scope]:
     )
     if request.locked:  # a replayed lock writes switches beyond the plan
         return decisions.record, _Scope(state, before, compare=True)
+    if len(changed) == len(before):  # the usual scope: it changed every switch it read
+        return decisions.record, _Scope(state, before)
     return decisions.record, _Scope(state, {name: before[name] for name in changed})
 
 
