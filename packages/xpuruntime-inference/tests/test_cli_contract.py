@@ -676,3 +676,23 @@ def test_policy_usage_errors_exit_2_under_xpuruntime(
     assert result.exit_code == 2, result.output
     one_line_error(result)
     assert text.read_text() == "hello"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--dim", "batch=-1"], "--dim batch: the value must be an integer between 1 and"),
+        (["--dim", "batch=2", "--dim", "batch=3"], "--dim batch is given twice"),
+        (["--dim", "batch=2", "--json-out", "{t}/a.json", "--json-out={t}/b.json"],
+         "--json-out is given twice"),
+        (["--dim", "batch=2", "--record", "{t}/a.json", "--record", "{t}/b.json"],
+         "--record is given twice"),
+    ],
+)  # fmt: skip
+def test_repeated_and_negative_values_are_usage_errors(
+    runner: CliRunner, demo: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = invoke(runner, "run", str(demo), *(a.format(t=tmp_path) for a in args))
+    assert result.exit_code == 2, result.output
+    assert message in one_line_error(result)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.onnx"]

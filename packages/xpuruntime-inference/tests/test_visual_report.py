@@ -139,7 +139,7 @@ def test_report_never_overwrites_an_input_or_a_foreign_file(tmp_path: Path) -> N
     runner = CliRunner()
     same = runner.invoke(main, ["report", str(record), "-o", str(record)])
     assert same.exit_code == 2
-    assert "is an input" in same.output
+    assert "one of the command's inputs" in same.output
     other = tmp_path / "notes.html"
     other.write_text("<html>my notes</html>")
     refused = runner.invoke(main, ["report", str(record), "-o", str(other)])

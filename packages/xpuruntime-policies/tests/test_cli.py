@@ -201,3 +201,23 @@ def test_json_to_a_file(runner: CliRunner, good: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0
     assert result.stdout.strip() == load_policy(good).content_hash()
     assert json.loads(target.read_text())["sha256"] == result.stdout.strip()
+
+
+def test_kernels_columns_align_for_every_name(runner: CliRunner) -> None:
+    lines = runner.invoke(policy, ["kernels"]).stdout.splitlines()
+    rows = [line for line in lines if line.startswith("  ")]
+    assert rows
+    assert len({line.index(" devices=") for line in rows}) == 1
+    assert len({line.index(" engines=") for line in rows}) == 1
+
+
+def test_an_option_given_twice_is_a_usage_error(runner: CliRunner, tmp_path: Path) -> None:
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    result = runner.invoke(policy, ["schema", "-o", str(first), "--output", str(second)])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: --output is given twice (also as -o); it takes one value "
+        "(see 'policy schema --help')\n"
+    )
+    assert not first.exists()
+    assert not second.exists()

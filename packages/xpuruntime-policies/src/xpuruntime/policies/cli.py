@@ -24,6 +24,7 @@ from xpuruntime.policies.errors import PolicyError
 from xpuruntime.policies.formats import FORMATS, Format, format_of, parse, read_text
 from xpuruntime.policies.json_output import (
     STDOUT,
+    SingleValueCommand,
     check_output_file,
     json_option,
     write_json,
@@ -77,6 +78,8 @@ class _OneLineErrors(click.Group):
             click.echo("error: aborted", err=True)
             sys.exit(EXIT_INVALID)
         sys.exit(result if isinstance(result, int) else 0)
+
+    command_class = SingleValueCommand
 
 
 def _load(path: Path, fmt: Format | None) -> PolicyDocument:
@@ -267,10 +270,15 @@ def kernels(op: str | None, json_target: str | None) -> None:
     except PolicyError as error:
         _fail(error)
     if json_target != STDOUT:
+        every = [row for rows in listed.values() for row in rows]
+        widths = (
+            max([13, *(len(row.name) + 1 for row in every)]),
+            max([10, *(len(",".join(row.devices)) + 1 for row in every)]),
+        )
         for name, rows in listed.items():
             click.echo(f"{name}:")
             for row in rows:
-                click.echo(_kernel_line(row, unpublished))
+                click.echo(_kernel_line(row, unpublished, widths))
         for engine, source in sorted(unpublished.items()):
             click.echo(f"* {engine}: {source}")
     write_json({"ops": msgspec.to_builtins(listed), "unpublished": unpublished}, json_target)
@@ -288,8 +296,9 @@ class _KernelRow(msgspec.Struct):
     aliases: list[str] = msgspec.field(default_factory=list)
 
 
-def _kernel_line(row: _KernelRow, unpublished: dict[str, str]) -> str:
-    """``  cublasLt     devices=cuda      engines=onnxruntime(cuda),torch(cuda)``."""
+def _kernel_line(row: _KernelRow, unpublished: dict[str, str], widths: tuple[int, int]) -> str:
+    """``  cublasLt     devices=cuda      engines=onnxruntime(cuda),torch(cuda)``: the name
+    and devices columns ``widths`` wide (the longest of the listing, so columns align)."""
 
     def engines(table: dict[str, list[str]]) -> str:
         return ",".join(
@@ -297,8 +306,10 @@ def _kernel_line(row: _KernelRow, unpublished: dict[str, str]) -> str:
             for engine, devices in table.items()
         )
 
+    name, devices = widths
     line = (
-        f"  {row.name:<12} devices={','.join(row.devices):<9} engines={engines(row.engines) or '-'}"
+        f"  {row.name:<{name}}devices={','.join(row.devices):<{devices}}"
+        f"engines={engines(row.engines) or '-'}"
     )
     if row.prefer_only:
         line += f"  prefer-only={engines(row.prefer_only)}"

@@ -8,7 +8,8 @@ take the next word, and ``inspect --json other.onnx model.onnx`` once overwrote 
 No command writes over a file it was asked to read, or over an existing file that is not a
 previous output of the same kind (JSON for ``--json-out`` and ``--record``, ``.npy`` for
 ``--save-outputs``): :func:`check_output_file` refuses with a usage error (exit 2) before the
-command does any work.
+command does any work. An option that takes one value may be given once
+(:class:`SingleValueCommand`): ``--json-out a --json-out b`` must not write only to b.
 """
 
 from __future__ import annotations
@@ -178,3 +179,30 @@ def write_text(path: Path, text: str, what: str) -> None:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise click.ClickException(f"cannot write {what} to {path}: {exc.strerror or exc}") from exc
+
+
+class SingleValueCommand(click.Command):
+    """A command whose options that take one value may each be given once: click keeps the
+    last of ``--json-out a --json-out b`` silently, and the user expected two files."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        single = {
+            opt: param.name
+            for param in self.params
+            if isinstance(param, click.Option)
+            and not (param.multiple or param.count or param.is_flag)
+            for opt in param.opts
+        }
+        seen: dict[str | None, str] = {}
+        for arg in args:
+            if arg == "--":
+                break
+            opt = arg.partition("=")[0] if arg.startswith("--") else arg
+            if opt not in single:
+                continue
+            name = single[opt]
+            if name in seen:
+                also = f" (also as {seen[name]})" if seen[name] != opt else ""
+                raise click.UsageError(f"{opt} is given twice{also}; it takes one value", ctx=ctx)
+            seen[name] = opt
+        return super().parse_args(ctx, args)

@@ -29,6 +29,7 @@ from xpuruntime.inference.errors import (
     ModelTypeError,
 )
 from xpuruntime.policies.errors import PolicyError, XpuRuntimeError
+from xpuruntime.policies.json_output import SingleValueCommand
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -45,7 +46,11 @@ _handler: logging.Handler | None = None
 
 
 class CommandGroup(click.Group):
-    """A click group whose errors are one line and whose exit codes follow the module doc."""
+    """A click group whose errors are one line and whose exit codes follow the module doc;
+    its commands take each single-valued option once, and its subgroups are of this class."""
+
+    command_class = SingleValueCommand
+    group_class = type
 
     def main(
         self,

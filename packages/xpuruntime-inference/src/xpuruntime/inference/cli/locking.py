@@ -17,6 +17,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from xpuruntime.inference.cli.app import CommandGroup
 from xpuruntime.inference.cli.options import (
     MODEL,
     InputFlags,
@@ -44,7 +45,7 @@ def _load(path: str) -> Lockfile:
         raise click.UsageError(f"{type(exc).__name__}: {exc}") from exc
 
 
-@click.group()
+@click.group(cls=CommandGroup)
 def lock() -> None:
     """Decision lockfiles: record what was decided, replay it, compare and inspect it."""
 

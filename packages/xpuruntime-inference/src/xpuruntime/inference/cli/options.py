@@ -320,6 +320,7 @@ class InputFlags:
                     raise InputError(f"--input expects NAME=FILE.npy, got {value!r}")
                 files[name] = Path(path)
             shapes = parse_input_shapes(self.input_shapes)
+            _check_dims(self.dims)
             dims = parse_dims(self.dims)
             for what, numbers in [
                 *((f"--input-shapes {n}", v) for n, v in shapes.items()),
@@ -339,6 +340,27 @@ class InputFlags:
             )
         except InputError as exc:
             raise click.UsageError(str(exc)) from exc
+
+
+def _check_dims(values: Sequence[str]) -> None:
+    """--dim values parse_dims would misread: a number below 1 (it says "expects NAME=INT")
+    and a name bound twice (the last would win silently)."""
+    seen: dict[str, str] = {}
+    for value in values:
+        name, _, number = (part.strip() for part in value.partition("="))
+        try:
+            extent = int(number)
+        except ValueError:
+            continue  # not a number: parse_dims says which form it takes
+        if extent < 1:
+            raise InputError(
+                f"--dim {name}: the value must be an integer between 1 and {MAX_DIM}, got {extent}"
+            )
+        if name in seen:
+            raise InputError(
+                f"--dim {name} is given twice ({seen[name]} and {value}); bind it once"
+            )
+        seen[name] = value
 
 
 def with_declared_names(
