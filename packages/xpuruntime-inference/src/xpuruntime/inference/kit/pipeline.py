@@ -118,12 +118,13 @@ def build_session(
             adapter.replay(plan, entry, lock)
             plan.locked = lock.locked()  # None when the adapter refused the entry
     adapter.configure(plan, decisions)
+    refuse_unhonoured(decisions, first_setting)  # before the build, where known this early
     plan.cache = _open_cache(adapter, plan, decisions)
     built = _build(adapter, plan, decisions)
     adapter.read_placement(built, plan, decisions)
     if lock is not None:
         _settle_lock(adapter, lock, built, plan)
-    refuse_unhonoured(decisions, first_setting)
+    refuse_unhonoured(decisions, first_setting)  # and those the built session read back
     return adapter.session(built, plan)
 
 
