@@ -696,3 +696,17 @@ def test_repeated_and_negative_values_are_usage_errors(
     assert result.exit_code == 2, result.output
     assert message in one_line_error(result)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.onnx"]
+
+
+def test_output_folders_that_are_not_bundles_hold_other_outputs(
+    runner: CliRunner, demo: Path, tmp_path: Path
+) -> None:
+    """Only a bundle folder is an input: --save-outputs and --cache-dir folders are where a
+    command writes, so --json-out and --record may go there."""
+    (tmp_path / "c").mkdir()
+    result = invoke(runner, "run", str(demo), "--dim", "batch=2", "--save-outputs",
+                    str(tmp_path), "--cache-dir", str(tmp_path / "c"), "--json-out",
+                    str(tmp_path / "r.json"), "--record", str(tmp_path / "c" / "rec.json"))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "r.json").read_text())["outputs"]
+    assert (tmp_path / "probabilities.npy").is_file()

@@ -26,6 +26,8 @@ from typing import Any, TypeVar, cast
 import click
 import msgspec
 
+from xpuruntime.policies.bundle import MANIFEST
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 STDOUT = "-"
@@ -65,16 +67,22 @@ def json_option(what: str) -> Callable[[F], F]:
 
 
 def _input_paths(params: Mapping[str, Any]) -> Iterator[Path]:
-    """Every existing path a command's parameters name (``NAME=FILE`` values included); a
-    folder among them (a bundle) makes every path inside it an input too."""
+    """Every existing file a command's parameters name (``NAME=FILE`` values included), and
+    every bundle folder: every path inside a bundle is an input too. (Other folders, such as
+    ``--cache-dir`` or ``--save-outputs``, are where a command writes, not what it reads.)"""
     for value in params.values():
         for item in value if isinstance(value, (list, tuple)) else (value,):
             if not isinstance(item, (str, os.PathLike)):
                 continue
             text = os.fspath(item)
             for candidate in (text, text.partition("=")[2]):
-                if candidate and os.path.exists(candidate):
-                    yield Path(candidate)
+                path = Path(candidate)
+                if (
+                    candidate
+                    and path.exists()
+                    and (not path.is_dir() or (path / MANIFEST).is_file())
+                ):
+                    yield path
 
 
 def check_output_folder(folder: Path, what: str, params: Mapping[str, Any]) -> None:
