@@ -710,3 +710,16 @@ def test_output_folders_that_are_not_bundles_hold_other_outputs(
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "r.json").read_text())["outputs"]
     assert (tmp_path / "probabilities.npy").is_file()
+
+
+@pytest.mark.parametrize("command", [["timeline", "-o", "{t}/t.json"], ["run"]])
+def test_unbound_dimensions_are_named_as_the_file_names_them(
+    runner: CliRunner, demo: Path, tmp_path: Path, command: list[str]
+) -> None:
+    """OpenVINO reports the dimension unnamed (``image[?, 1, 8, 8]``); every command names
+    it as the file does, so the suggested --dim works."""
+    pytest.importorskip("openvino")
+    args = [command[0], str(demo), *(a.format(t=tmp_path) for a in command[1:])]
+    result = invoke(runner, *args, "--engine", "openvino")
+    assert result.exit_code == 2, result.output
+    assert "image[batch, 1, 8, 8]" in one_line_error(result)
