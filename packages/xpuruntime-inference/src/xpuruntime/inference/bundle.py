@@ -193,7 +193,14 @@ def _served_by(engine: str, exported: list[ExportedNode], nodes: list[NodeRecord
             f"{engine}'s node list names none of these nodes: its optimizer fused or renamed"
             " them into nodes that do not say where they came from"
         )
-    return f"{engine} runs them as " + "; ".join(serving)
+    # Only names are evidence: OpenVINO, for one, turns an ONNX Attention into a new
+    # ScaledDotProductAttention node whose name does not say where it came from.
+    return (
+        f"{engine} runs them as "
+        + "; ".join(serving)
+        + " (the nodes that carry their names; a node its optimizer made from them under"
+        " another name is not listed)"
+    )
 
 
 def open_bundle(path: Path) -> Bundle:
