@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from xpuruntime.runtime.decisions import Decisions
     from xpuruntime.runtime.record import DecisionStatus, ExecutionRecord
 
-__all__ = ["apply_switch_lock", "attention_kernel", "follow_state", "sdpa_backend"]
+__all__ = ["apply_switch_lock", "attention_kernel", "sdpa_backend"]
 
 #: Lock entry op of each switch group.
 _SWITCH_OPS = {
