@@ -61,6 +61,9 @@ def test_explain_names_nodes_settings_and_runs(mlp: Path) -> None:
 
 
 def test_profiling_merges_engine_and_core_events(mlp: Path, tmp_path: Path) -> None:
+    from xpuruntime.runtime import profiler
+
+    profiler.clear()  # the core profiler is the process's: earlier tests' runs are in it
     sess = InferenceSession(mlp, device="cpu", exec_policy=ExecutionPolicy(profiling=True))
     for _ in range(3):
         sess.run({"input": np.ones((2, 4), np.float32)})
