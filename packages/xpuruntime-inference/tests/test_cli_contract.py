@@ -5,6 +5,7 @@ parses, and input files that are never written over."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -637,6 +638,18 @@ def test_report_rejects_an_unknown_compare_engine(
     assert not out.exists()
 
 
+def test_report_without_bokeh_says_what_to_install(
+    runner: CliRunner, demo: Path, tmp_path: Path
+) -> None:
+    if importlib.util.find_spec("bokeh") is not None:
+        pytest.skip("Bokeh is installed here: the report is drawn (test_visual_report)")
+    out = tmp_path / "r.html"
+    result = invoke(runner, "report", str(demo), "--dim", "batch=2", "-o", str(out))
+    assert result.exit_code == 1, result.output
+    assert "xpuruntime[report]" in one_line_error(result)
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -648,6 +661,8 @@ def test_report_rejects_an_unknown_compare_engine(
 def test_visual_commands_feed_a_bundle_its_reference_inputs(
     runner: CliRunner, demo: Path, tmp_path: Path, args: list[str]
 ) -> None:
+    if args[0] == "report":
+        pytest.importorskip("bokeh", reason="the report needs Bokeh: xpuruntime[report]")
     bundle = make_bundle(tmp_path / "b.bundle", demo)
     result = invoke(runner, *(a.format(b=bundle, t=tmp_path) for a in args))
     assert result.exit_code == 0, result.output

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-import xpuruntime as xrt
+from xpuruntime.inference import InferenceSession
 from xpuruntime.inference.demo import DEMO_MODEL
 from xpuruntime.inference.report import render_text
 from xpuruntime.runtime.errors import FallbackError
@@ -27,8 +27,8 @@ except ImportError:
     pass
 
 
-def _open(engine: str, fallback: str, **settings: Any) -> xrt.InferenceSession:
-    return xrt.InferenceSession(
+def _open(engine: str, fallback: str, **settings: Any) -> InferenceSession:
+    return InferenceSession(
         Path(DEMO_MODEL), device="cpu", engine=engine, fallback=fallback, **settings
     )
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import xpuruntime as xrt
+from xpuruntime.inference import InferenceSession
 from xpuruntime.inference.demo import DEMO_MODEL
 from xpuruntime.runtime.record import ExecutionRecord, SettingRecord
 
@@ -22,7 +22,7 @@ def _row(record: ExecutionRecord) -> SettingRecord:
 @pytest.mark.parametrize(("precision", "capability"), [("bf16", "BF16"), ("fp16", "FP16")])
 def test_precision_row_matches_what_openvino_reports(precision: str, capability: str) -> None:
     capable = capability in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-    session = xrt.InferenceSession(
+    session = InferenceSession(
         Path(DEMO_MODEL), device="cpu", engine="openvino", precision=precision, fallback="allow"
     )
     record = session.record()
@@ -39,7 +39,7 @@ def test_precision_row_matches_what_openvino_reports(precision: str, capability:
 def test_precision_row_not_honoured_when_the_compiled_model_runs_f32() -> None:
     # The raw INFERENCE_PRECISION_HINT overrides the kit's on any CPU, capable or not: the
     # compiled model reports f32, so bf16 was not honoured whichever branch the kit took.
-    session = xrt.InferenceSession(
+    session = InferenceSession(
         Path(DEMO_MODEL),
         device="cpu",
         engine="openvino",

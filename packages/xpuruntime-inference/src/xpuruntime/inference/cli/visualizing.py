@@ -245,8 +245,9 @@ def report(
     each node's difference from another engine. From a RECORD.json (written by `run
     --record` or `explain --json`): shows that record only.
     """
-    from xpuruntime.inference.visual.html_report import ReportData, render_report
+    from xpuruntime.inference.visual.html_report import ReportData, render_report, require_bokeh
 
+    require_bokeh()
     target = Path(output)
     _refuse_overwrite(
         target, {"source": source, "kernel_trace": kernel_trace, "engine": engine, **options}

@@ -15,12 +15,14 @@ data-plots-drawn>``, so a headless browser can check that the JavaScript ran.
 from __future__ import annotations
 
 import html
+import importlib.util
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from xpuruntime.inference.visual.overlays import PLACEMENT_COLOURS, UNKNOWN_COLOUR
+from xpuruntime.policies.errors import XpuRuntimeError
 from xpuruntime.runtime.record import ExecutionRecord
 
 if TYPE_CHECKING:  # types only: drawing a record file must not import the engines
@@ -392,8 +394,22 @@ _DRAWN_CHECK = """
 """
 
 
+class ReportMissingError(XpuRuntimeError, ImportError):
+    """Bokeh, which draws the report's plots, is not installed."""
+
+
+def require_bokeh() -> None:
+    """Refuse up front (before a session is opened or benchmarked) when Bokeh is missing."""
+    if importlib.util.find_spec("bokeh") is None:
+        raise ReportMissingError(
+            "the HTML report draws its plots with Bokeh, which is not installed; install it"
+            " with: pip install 'xpuruntime[report]'"
+        )
+
+
 def render_report(data: ReportData) -> str:
     """The report as one HTML document."""
+    require_bokeh()
     from bokeh.embed import components
     from bokeh.embed.bundle import bundle_for_objs_and_resources
     from bokeh.resources import INLINE
