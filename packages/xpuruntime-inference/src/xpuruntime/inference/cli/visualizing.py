@@ -247,12 +247,12 @@ def report(
     """
     from xpuruntime.inference.visual.html_report import ReportData, render_report, require_bokeh
 
-    require_bokeh()
     target = Path(output)
     _refuse_overwrite(
         target, {"source": source, "kernel_trace": kernel_trace, "engine": engine, **options}
     )
     kernel_events = _kernel_events(Path(kernel_trace)) if kernel_trace else []
+    require_bokeh()  # after the usage checks, before any session is opened
     path = Path(source)
     if path.is_file() and path.suffix == ".json":
         from xpuruntime.runtime.record import ExecutionRecord
