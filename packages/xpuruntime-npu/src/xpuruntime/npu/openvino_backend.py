@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
+from xpuruntime.inference.engine_logs import route_openvino_log
 from xpuruntime.runtime.errors import EngineNotInstalledError
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ def import_openvino() -> Any:
         raise EngineNotInstalledError(
             f"the OpenVINO engine needs the openvino package ({exc}). Install it with: {INSTALL_HINT}"
         ) from exc
+    route_openvino_log(openvino)
     return openvino
 
 

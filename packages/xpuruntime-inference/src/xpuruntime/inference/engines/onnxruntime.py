@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from xpuruntime.inference.device import cuda_device_count, parse_device
-from xpuruntime.inference.engine_logs import native_stderr_to_logging
+from xpuruntime.inference.engine_logs import native_stderr_to_logging, route_engine_stderr
 from xpuruntime.inference.engines import ort_lock
 from xpuruntime.inference.engines.ort_kernels import kernel_support
 from xpuruntime.inference.engines.ort_options import (
@@ -145,6 +145,7 @@ class OnnxRuntimeAdapter(EngineAdapter):
                 session = _create(ort, load_path, config, provider)
             finally:
                 ort.set_default_logger_severity(ORT_SEVERITIES[policy.engine_log_level])
+        route_engine_stderr()  # what ONNX Runtime prints during runs goes to logging as well
         plan.options.update(logged=logged, load_path=load_path)
         if provider == CUDA_EP and CUDA_EP not in session.get_providers():
             decisions.fallback(
