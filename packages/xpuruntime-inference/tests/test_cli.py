@@ -226,6 +226,22 @@ def test_shared_dimension_is_bound_by_one_input(runner: CliRunner, two_inputs: P
     assert json.loads(result.stdout)["outputs"][0]["shape"] == [3, 4]  # b got batch 3 too
 
 
+def test_one_name_for_two_sizes_runs_as_the_engine_runs_it(
+    runner: CliRunner, tmp_path: Path, build_model: Any
+) -> None:
+    # paddle2onnx names every unknown dimension '?': [?, 3, '?', '?'] takes 48x192 in ONNX
+    # Runtime, so the user's shape is not refused for sharing a name.
+    model = build_model(
+        tmp_path / "placeholders.onnx",
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3, "?", "?"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3, "?", "?"])],
+    )
+    result = invoke(runner, "run", str(model), "--input-shapes", "x:1x3x48x192", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["outputs"][0]["shape"] == [1, 3, 48, 192]
+
+
 def test_missing_model_is_a_usage_error(runner: CliRunner, tmp_path: Path) -> None:
     result = invoke(runner, "run", str(tmp_path / "missing.onnx"))
     assert result.exit_code == 2

@@ -121,10 +121,10 @@ def build_feeds(
     arrays = load_arrays(files)
     bound = dict(dims)
     for name, given in shapes.items():
-        _bind(by_name[name], tuple(given), bound, "--input-shapes", inputs)
+        _bind(by_name[name], tuple(given), bound, "--input-shapes")
     for name, array in arrays.items():
         if len(array.shape) == len(by_name[name].shape):  # a wrong rank: the engine says so
-            _bind(by_name[name], array.shape, bound, f"--input {name}", inputs, check=False)
+            _bind(by_name[name], array.shape, bound, f"--input {name}", check=False)
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     unresolved = []
@@ -158,11 +158,11 @@ def _bind(
     shape: Shape,
     bound: dict[str, int],
     flag: str,
-    inputs: Sequence[TensorInfo],
     *,
     check: bool = True,
 ) -> None:
-    """Bind the symbols of ``info`` from a concrete ``shape``; contradictions are errors."""
+    """Bind the symbols of ``info`` from a concrete ``shape``; a size contradicting a fixed
+    dimension is an error (``check``: the engine would refuse it less clearly)."""
     if len(shape) != len(info.shape):
         raise InputShapeError(
             f"{flag} gives {info.name!r} rank {len(shape)} {list(shape)}, the model's input has "
@@ -175,13 +175,10 @@ def _bind(
                 f"it to {declared}: {describe_inputs([info])}"
             )
         if isinstance(declared, str):
-            previous = bound.setdefault(declared, int(value))
-            if previous != value and check:
-                raise InputShapeError(
-                    f"{flag} makes dimension {declared!r} {value}, but it is already {previous} "
-                    f"(inputs sharing a dimension name must agree); the model's inputs: "
-                    f"{describe_inputs(inputs)}"
-                )
+            # The first binding derives the other inputs' shapes. Two given sizes of one name
+            # are not refused: engines do not hold exporters to their names (paddle2onnx calls
+            # every unknown dimension '?', and ONNX Runtime runs 48x192 for ['?', '?']).
+            bound.setdefault(declared, int(value))
 
 
 def _resolve(info: TensorInfo, bound: Mapping[str, int]) -> Shape | None:
