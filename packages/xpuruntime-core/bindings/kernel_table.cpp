@@ -3,11 +3,15 @@
 // thread-local message, since no C++ exception may cross a C ABI between two binaries.
 #include "kernel_table.h"
 
+#include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "bindings.h"
 #include "xpuruntime/errors.h"
 #include "xpuruntime/norms.h"
+#include "xpuruntime/ops.h"
 
 namespace xrt_py {
 
@@ -101,6 +105,74 @@ int norm_backward_workspace_bytes(const xrt_norm_backward_args* in, int32_t devi
       [&] { *bytes = xrt::norm_backward_workspace_bytes(backward_args(*in), device_of(device)); });
 }
 
+// --- linear ------------------------------------------------------------------------------
+
+// A caller's view as the core's tensor: no holder (the caller keeps the memory alive for the
+// call); a dtype the table has no code for stays unsupported, as the DLPack import of an
+// integer tensor is for a GEMM.
+xrt::Tensor view_of(const xrt_view& v, const char* name) {
+  if (v.dtype < 0) {
+    throw xrt::UnsupportedOperationError(std::string("linear: ") + name +
+                                         " has a dtype the core's GEMMs do not take");
+  }
+  xrt::Tensor t;
+  t.data = const_cast<void*>(v.data);
+  t.shape.assign(v.shape, v.shape + v.ndim);
+  t.strides.assign(v.strides, v.strides + v.ndim);
+  t.dtype = dtype_of(v.dtype);
+  t.device = device_of(v.device);
+  return t;
+}
+
+// Hands a result's storage to the caller: its holder moves into a heap cell that
+// release_buffer deletes.
+xrt_buffer hand_over(xrt::Tensor& t) {
+  xrt_buffer b{};
+  b.data = t.data;
+  b.row_stride = t.shape.size() >= 2 ? t.stride(0) : 1;
+  b.owner = new std::shared_ptr<void>(std::move(t.holder));
+  return b;
+}
+
+thread_local std::string reported_kernel, reported_reason;
+
+int linear(xrt_linear_args* in, void* stream) {
+  return guarded([&] {
+    const xrt::Tensor a = view_of(in->a, in->weight_grad ? "dz" : "x");
+    const xrt::Tensor b = view_of(in->b, in->weight_grad ? "x" : "weight");
+    xrt::PolicyChoice policy;
+    policy.kernel = in->kernel;
+    policy.mode = xrt::mode_from_name(in->mode);
+    policy.allow_tf32 = in->tf32 != 0;
+    xrt::OpResult r;
+    if (in->weight_grad) {
+      r = xrt::linear_weight_grad(a, b, in->bias_grad != 0, policy, stream);
+    } else {
+      static constexpr xrt::Activation kActivations[] = {
+          xrt::Activation::None, xrt::Activation::Relu, xrt::Activation::Gelu};
+      if (in->activation < 0 || in->activation > 2) {
+        throw xrt::InvalidArgumentError("linear: activation code " +
+                                        std::to_string(in->activation) + " is not 0, 1 or 2");
+      }
+      std::optional<xrt::Tensor> bias;
+      if (in->bias.data != nullptr || in->bias.ndim > 0) bias = view_of(in->bias, "bias");
+      r = xrt::linear(a, b, bias ? &*bias : nullptr, kActivations[in->activation],
+                      in->save_preactivation != 0, policy, stream);
+    }
+    in->out = hand_over(r.output);
+    in->extra = r.extra.empty() ? xrt_buffer{} : hand_over(r.extra[0]);
+    if (in->report) {
+      reported_kernel = r.decision->kernel;
+      reported_reason = r.decision->reason;
+      in->decision_kernel = reported_kernel.c_str();
+      in->decision_reason = reported_reason.c_str();
+      in->decision_fallen_back = r.decision->status() == xrt::DecisionStatus::FallenBack;
+    }
+  });
+}
+
+void release_buffer(void* owner) { delete static_cast<std::shared_ptr<void>*>(owner); }
+
 const char* last_error() { return last_message.c_str(); }
 
 const xrt_kernel_table table = {
@@ -115,6 +187,8 @@ const xrt_kernel_table table = {
     norm_backward,
     norm_backward_workspace_bytes,
     last_error,
+    linear,
+    release_buffer,
 };
 }  // namespace
 

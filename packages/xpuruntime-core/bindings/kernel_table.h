@@ -4,8 +4,9 @@
 // second copy of the kernels. Plain C types only; no C++ exception crosses it.
 //
 // ABI contract: fields are only ever appended (then `size` grows); an incompatible change
-// bumps XRT_KERNEL_TABLE_VERSION. xpuruntime-torch keeps a copy of this header
-// (csrc/kernel_table.h) and refuses a table whose version differs from its own.
+// bumps XRT_KERNEL_TABLE_VERSION. xpuruntime-torch builds against this header
+// (csrc/kernel_table.h links it) and refuses a table whose version differs from its own or
+// whose size is smaller (a core older than the fields it calls).
 #ifndef XPURUNTIME_KERNEL_TABLE_H
 #define XPURUNTIME_KERNEL_TABLE_H
 
@@ -66,6 +67,59 @@ typedef struct xrt_norm_backward_args {
   size_t workspace_bytes;
 } xrt_norm_backward_args;
 
+// A strided tensor view of the caller's memory (shape and strides in elements, ndim entries
+// each; dtype one of the table's dtype codes, or -1 for another dtype, which the core refuses
+// as unsupported; device as the table's functions take it).
+typedef struct xrt_view {
+  const void* data;
+  const int64_t* shape;
+  const int64_t* strides;
+  int32_t ndim;
+  int32_t dtype;
+  int32_t device;
+} xrt_view;
+
+// Memory the core allocated (its caching pool, on the call's stream) and hands over: the
+// caller frees it with release_buffer(owner) once nothing reads it (stream-ordered, like the
+// core's own tensors). `owner` is null when the buffer is absent.
+typedef struct xrt_buffer {
+  void* data;
+  int64_t row_stride;  // elements between rows of a matrix result
+  void* owner;
+} xrt_buffer;
+
+// One call of the core's op "linear", exactly as xpuruntime.ops.linear / linear_weight_grad
+// run it (native/include/xpuruntime/ops.h): resolved by the core's dispatcher under the
+// policy entry given here, on a GEMM with a fused epilogue.
+//   forward (weight_grad 0): out = activation(a @ b^T + bias) for a = x [..., K],
+//     b = weight [N, K], bias [N] or absent (data null); out is contiguous [..., N];
+//     save_preactivation (GELU only): extra = z = a @ b^T + bias, [M, N] rows of row_stride
+//     elements (a multiple of 8);
+//   weight gradient (weight_grad 1): out = a^T @ b for a = dz [..., N], b = x [..., K]:
+//     dw [N, K] contiguous; bias_grad: extra = db = dz summed over rows [N] (BGRADB).
+typedef struct xrt_linear_args {
+  int32_t weight_grad;
+  int32_t activation;  // forward: 0 none, 1 relu, 2 gelu (tanh approximation)
+  int32_t save_preactivation;
+  int32_t bias_grad;
+  xrt_view a;
+  xrt_view b;
+  xrt_view bias;
+  // The policy's linear entry: kernel ("" when auto), mode ("pin", "prefer" or "auto");
+  // tf32: fp32 GEMMs may use TF32 tensor cores.
+  const char* kernel;
+  const char* mode;
+  int32_t tf32;
+  int32_t report;  // 1: fill the decision fields
+  // Results.
+  xrt_buffer out;
+  xrt_buffer extra;
+  // With report: the decision the call ran under (valid until this thread's next call).
+  const char* decision_kernel;
+  const char* decision_reason;
+  int32_t decision_fallen_back;
+} xrt_linear_args;
+
 typedef struct xrt_kernel_table {
   uint32_t version;  // XRT_KERNEL_TABLE_VERSION
   uint32_t size;     // sizeof(xrt_kernel_table) of the exporting core
@@ -77,6 +131,9 @@ typedef struct xrt_kernel_table {
   int (*norm_backward_workspace_bytes)(const xrt_norm_backward_args* args, int32_t device,
                                        size_t* bytes);
   const char* (*last_error)(void);
+  // Appended with the linear op (present when size covers them).
+  int (*linear)(xrt_linear_args* args, void* stream);
+  void (*release_buffer)(void* owner);
 } xrt_kernel_table;
 
 #ifdef __cplusplus

@@ -1,6 +1,6 @@
-// xpuruntime.pytorch.ops._C: the LayerNorm/RMSNorm custom ops in C++ with PyTorch's
-// dispatcher (CPU, CUDA, Meta and Autograd kernels), calling the core's kernels through its C
-// kernel table (kernel_table.h) on PyTorch's memory and current stream.
+// The LayerNorm/RMSNorm custom ops in C++ with PyTorch's dispatcher (CPU, CUDA, Meta and
+// Autograd kernels), calling the core's kernels through its C kernel table (core_table.h) on
+// PyTorch's memory and current stream.
 //
 // Which kernel a call runs (the core's, or PyTorch's own) is the policy's business and stays
 // in Python: the eager entry points (norm_forward below) take the choice the Python policy
@@ -11,7 +11,6 @@
 // back into Python for the backward.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
@@ -23,7 +22,7 @@
 #include <tuple>
 #include <vector>
 
-#include "kernel_table.h"
+#include "core_table.h"
 
 namespace {
 
@@ -31,45 +30,14 @@ namespace py = pybind11;
 using at::Tensor;
 using OptTensor = std::optional<Tensor>;
 
-// --- The core's kernel table, read once at import ----------------------------------------
-
-const xrt_kernel_table* table = nullptr;
-
-// A failed call of the core: its status picks the xpuruntime error class in Python.
-struct CoreError : std::runtime_error {
-  int status;
-  CoreError(int s, const char* message) : std::runtime_error(message), status(s) {}
-};
-
-void check(int status) {
-  if (status != XRT_OK) throw CoreError(status, table->last_error());
-}
-
-const xrt_kernel_table& kernels() {
-  TORCH_CHECK(table != nullptr,
-              "xpuruntime's native ops have no kernel table: import xpuruntime.pytorch.ops "
-              "first (it loads the core's table)");
-  return *table;
-}
+using xrt_torch::check;
+using xrt_torch::kernels;
+using xrt_torch::launch_site;
 
 int32_t dtype_code(at::ScalarType type) {
-  const xrt_kernel_table& t = kernels();
-  switch (type) {
-    case at::kFloat: return t.dtype_f32;
-    case at::kDouble: return t.dtype_f64;
-    case at::kHalf: return t.dtype_f16;
-    case at::kBFloat16: return t.dtype_bf16;
-    default: TORCH_CHECK_VALUE(false, "norm kernels take float32, float64, float16 or bfloat16");
-  }
-  return -1;
-}
-
-// (device index or -1, PyTorch's current stream there): the core launches on that stream, so
-// streams, events and CUDA graph capture see its kernels like PyTorch's own.
-std::pair<int32_t, void*> launch_site(const Tensor& x) {
-  if (!x.is_cuda()) return {-1, nullptr};
-  c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
-  return {x.get_device(), guard.getStream(x.device()).native_handle()};
+  const int32_t code = xrt_torch::dtype_code(type);
+  TORCH_CHECK_VALUE(code >= 0, "norm kernels take float32, float64, float16 or bfloat16");
+  return code;
 }
 
 at::ScalarType stats_type(at::ScalarType type) {
@@ -582,25 +550,9 @@ TORCH_LIBRARY_IMPL(xpuruntime, Autograd, m) {
   m.impl("fused_add_rmsnorm", add_autograd<true>);
 }
 
-PYBIND11_MODULE(_C, module) {
-  module.doc() = "xpuruntime's PyTorch ops in C++ (see csrc/norm_ops.cpp)";
-  module.attr("TORCH_VERSION") = TORCH_VERSION;
-  module.attr("KERNEL_TABLE_VERSION") = XRT_KERNEL_TABLE_VERSION;
-  module.def(
-      "load_kernel_table",
-      [](py::capsule capsule) {
-        auto* t = static_cast<const xrt_kernel_table*>(capsule.get_pointer());
-        if (t->version != XRT_KERNEL_TABLE_VERSION || t->size < sizeof(xrt_kernel_table)) {
-          throw py::import_error(
-              "xpuruntime-core's kernel table is version " + std::to_string(t->version) +
-              " but xpuruntime-torch's native ops need version " +
-              std::to_string(XRT_KERNEL_TABLE_VERSION) +
-              ": install matching xpuruntime-core and xpuruntime-torch releases");
-        }
-        table = t;
-        // The capsule is static in the core's module, which stays imported.
-      },
-      "Read the core's C kernel table (xpuruntime.runtime._core.KERNEL_TABLE) once.");
+namespace xrt_torch {
+
+void bind_norm_ops(py::module_& module) {
   module.def(
       "set_resolver",
       [](py::object fn) {
@@ -612,17 +564,6 @@ PYBIND11_MODULE(_C, module) {
   module.def("norm_forward", &norm_forward, "Eager LayerNorm/RMSNorm on a resolved choice.");
   module.attr("CHOICE_TORCH") = static_cast<int64_t>(kTorch);
   module.attr("CHOICE_CORE") = static_cast<int64_t>(kCore);
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const CoreError& e) {
-      py::module_ errors = py::module_::import("xpuruntime.runtime.errors");
-      const char* name = e.status == XRT_INVALID_ARGUMENT  ? "InvalidArgumentError"
-                         : e.status == XRT_UNSUPPORTED     ? "UnsupportedOperationError"
-                         : e.status == XRT_OUT_OF_MEMORY   ? "OutOfMemoryError"
-                         : e.status == XRT_CUDA_ERROR      ? "CudaError"
-                                                           : "XpuRuntimeError";
-      PyErr_SetString(errors.attr(name).ptr(), e.what());
-    }
-  });
 }
+
+}  // namespace xrt_torch

@@ -120,3 +120,56 @@ def test_fused_linear_under_torch_compile(backend: str) -> None:
     ref.sum().backward()
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ref_w_grad, w.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_prefer_records_the_kernel_and_reason_of_the_core_dispatcher() -> None:
+    from xpuruntime.policies import KernelPolicy, OpPolicy
+
+    x, w, b = _inputs(torch.float32)
+    preferred = KernelPolicy(linear=OpPolicy(kernel="cpu", mode="prefer"))
+    with xrt_torch.kernel_policy(preferred) as record:
+        y = fused_linear(x, w, b, "relu")
+    torch.testing.assert_close(y, _reference(x, w, b, "relu"))
+    decision = [d for d in record.decisions if d.op == "linear"][-1]
+    assert (decision.kernel, decision.mode) == ("cpu", "prefer")
+    assert decision.reason.startswith("core dispatcher: ")
+    assert len(decision.reason) > len("core dispatcher: ")
+    assert record.fallbacks == []
+
+
+def test_a_repeated_call_is_decided_and_recorded_once() -> None:
+    x, w, b = _inputs(torch.float32)
+    with xrt_torch.kernel_policy(linear="cpu") as record:
+        first = fused_linear(x, w, b, "gelu")
+        again = fused_linear(x, w, b, "gelu")
+        other = fused_linear(x[:1], w, b, "gelu")
+    torch.testing.assert_close(first, again)
+    torch.testing.assert_close(other, first[:1])
+    linear = [(d.kernel, d.shape) for d in record.decisions if d.op == "linear"]
+    assert linear == [("cpu", "2x5x7"), ("cpu", "1x5x7")]
+
+
+def test_strided_views_match_pytorch() -> None:
+    # A transposed weight is a BLAS view the core takes as it is; a sliced input is not one
+    # row index, which the core refuses: PyTorch serves it, and the record says why.
+    torch.manual_seed(1)
+    x = torch.randn(4, 6, 7, dtype=torch.float64)[:, :3]
+    w = torch.randn(7, 6, dtype=torch.float64).t().requires_grad_()
+    x.requires_grad_()
+    y = fused_linear(x, w, None, "gelu")
+    y.sum().backward()
+    grads = (x.grad, w.grad)
+    x.grad = w.grad = None
+    _reference(x, w, None, "gelu").sum().backward()
+    torch.testing.assert_close(grads, (x.grad, w.grad))
+    decision = [d for d in xrt_torch.current_record().decisions if d.op == "linear"][-1]
+    assert decision.kernel == "torch"
+    assert "core cannot serve it" in decision.reason
+
+
+def test_a_bad_activation_is_a_typed_error() -> None:
+    from xpuruntime.runtime.errors import InvalidArgumentError
+
+    x, w, b = _inputs()
+    with pytest.raises(InvalidArgumentError, match="activation must be"):
+        fused_linear(x, w, b, "tanh")

@@ -1,4 +1,4 @@
-# Types of the native ops extension (csrc/norm_ops.cpp).
+# Types of the native ops extension (csrc/).
 from collections.abc import Callable
 from typing import Any
 
@@ -20,5 +20,19 @@ def norm_forward(
     bias: Tensor | None,
     eps: float,
     choice: int,
+    /,
+) -> Any: ...
+def set_linear_hooks(
+    resolve: Callable[..., int], fall_back: Callable[[str, str, str, str, str], None], /
+) -> None: ...
+def linear_forward(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    activation: str,
+    kernel: str,
+    mode: str,
+    choice: int,
+    report: bool,
     /,
 ) -> Any: ...

@@ -9,178 +9,117 @@ computes; ``F.gelu(..., approximate="tanh")``).
 
 Backward: the activation's derivative from what forward saved (the pre-activation that the
 GELU_AUX epilogue stored, or the ReLU output), ``dx = dz @ weight``, and ``dweight`` with
-``dbias`` from one GEMM with the BGRADB epilogue (the custom op
+``dbias`` from one GEMM with the BGRADB epilogue (the op
 ``xpuruntime::fused_linear_weight_grad``), so the bias gradient costs no extra pass.
+
+The two ops are defined and implemented in C++ (``csrc/linear_ops.cpp``: CPU, CUDA, Meta and
+Autograd kernels, the autograd node included). What stays here is the kernel choice: made
+and recorded on the first call of its kind under the policy in effect (that call runs the
+core and reads back its dispatcher's decision), then one dict lookup per call.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-import xpuruntime.ops as core_ops
-from xpuruntime.policies import KernelPolicy
 from xpuruntime.pytorch import policy
-from xpuruntime.pytorch._compat import HAS_CUSTOM_OP
+from xpuruntime.pytorch.ops._eager import plain_eager
+from xpuruntime.pytorch.ops._native import native
 from xpuruntime.pytorch.ops._policy import describe, fall_back, requested_kernel
 from xpuruntime.runtime.errors import InvalidArgumentError, UnsupportedOperationError
 
 __all__ = ["fused_linear"]
 
 _ACTIVATIONS = ("none", "relu", "gelu")
+_TORCH = int(native.CHOICE_TORCH)
+_CORE = int(native.CHOICE_CORE)
+
+# (kernel, mode, activation, tensor metadata) -> choice, for the policy record in effect.
+_choices: dict[tuple[Any, ...], int] = {}
+_choices_record: object = None
 
 
-@functools.cache
-def _core_policy(kernel: str, mode: str) -> KernelPolicy | None:
-    if kernel == "auto":
-        return None
-    return KernelPolicy().set("linear", kernel, mode=mode)  # type: ignore[arg-type]
-
-
-def _precision() -> str:
-    """TF32 for fp32 GEMMs exactly when PyTorch's own matmuls may use it."""
-    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32"
-
-
-def _torch_linear(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str) -> Tensor:
-    z = F.linear(x, weight, bias)
-    if activation == "relu":
-        return F.relu(z)
-    if activation == "gelu":
-        return F.gelu(z, approximate="tanh")
-    return z
-
-
-def _core_linear(
-    x: Tensor, weight: Tensor, bias: Tensor | None, activation: str, kernel: str, mode: str
-) -> tuple[Tensor, Tensor | None, str, str]:
-    """(y, pre-activation or None, kernel that ran, reason) on the core, or raises."""
-    act = None if activation == "none" else activation
-    save = act == "gelu"
-    out = core_ops.linear(
-        x.detach(),
-        weight.detach(),
-        None if bias is None else bias.detach(),
-        act,  # type: ignore[arg-type]
-        save_preactivation=save,
-        policy=_core_policy(kernel, mode),
-        precision=_precision() if x.dtype == torch.float32 else None,  # type: ignore[arg-type]
+def _key(
+    kernel: str, mode: str, activation: str, x: Tensor, weight: Tensor, bias: Tensor | None
+) -> tuple[Any, ...]:
+    """What the choice depends on, read cheaply (it is built on every call): the input's
+    shape, dtype and device, the weight's shape, and the layouts (the core refuses some
+    strided views). The weight's and bias's dtype and device are left out: one that differs
+    from the input's is an error on either kernel, raised by the call that runs."""
+    global _choices_record
+    record = policy.current_record()
+    if record is not _choices_record:  # a new policy (or scope): decide and record anew
+        _choices.clear()
+        _choices_record = record
+    return (
+        kernel,
+        mode,
+        activation,
+        x.shape,
+        x.dtype,
+        x.get_device(),
+        True if x.is_contiguous() else x.stride(),
+        weight.shape,
+        True if weight.is_contiguous() else weight.stride(),
+        None if bias is None else bias.is_contiguous(),
     )
-    y, z = out if save else (out, None)
-    if mode == "prefer":
-        decision = core_ops.last_decision()
-        assert decision is not None
-        if decision.status == "fallen_back":
-            fall_back("linear", kernel, mode, decision.kernel, decision.reason)
-        return y, z, decision.kernel, f"core dispatcher: {decision.reason}"
-    chosen = "cublasLt" if x.is_cuda else "cpu"
-    return y, z, chosen, "core dispatcher: fused GEMM epilogue"
 
 
-def _fused_linear(
-    x: Tensor, weight: Tensor, bias: Tensor | None, activation: str, kernel: str, mode: str
-) -> tuple[Tensor, Tensor]:
+def _decide(
+    kernel: str, mode: str, activation: str, x: Tensor, weight: Tensor, bias: Tensor | None
+) -> tuple[int, Tensor]:
+    """(choice, y): run the call, on the core unless the policy names PyTorch's kernel or
+    the core refuses it, and record which kernel ran and why."""
     if activation not in _ACTIVATIONS:
         raise InvalidArgumentError(
             f"fused_linear: activation must be None, 'relu' or 'gelu', got {activation!r}"
         )
-    out_shape = (*x.shape[:-1], weight.shape[0])
-    if kernel != "torch":
+    if kernel == "torch":
+        choice, chosen, reason = _TORCH, "torch", "policy names PyTorch's kernel"
+        y = native.linear_forward(x, weight, bias, activation, kernel, mode, _TORCH, False)
+    else:
         try:
-            y, z, chosen, reason = _core_linear(x, weight, bias, activation, kernel, mode)
+            y, decided = native.linear_forward(
+                x, weight, bias, activation, kernel, mode, _CORE, True
+            )
         except UnsupportedOperationError as error:
             if kernel != "auto":  # the kernel fallback rule: a pin under 'error' raises
                 fall_back("linear", kernel, mode, "torch", str(error))
-            reason = f"the core cannot serve it: {error}"
+            choice, chosen, reason = _TORCH, "torch", f"the core cannot serve it: {error}"
+            y = native.linear_forward(x, weight, bias, activation, kernel, mode, _TORCH, False)
         else:
-            policy.note_decision("linear", chosen, mode, reason, **describe(x))
-            saved = z.reshape(out_shape) if z is not None else y.new_empty(0)
-            # The pre-activation's padded row stride is the core's business: hand PyTorch
-            # the contiguous tensor the fake implementation promises.
-            return y.reshape(out_shape), saved.contiguous()
-    else:
-        reason = "policy names PyTorch's kernel"
-    policy.note_decision("linear", "torch", mode, reason, **describe(x))
-    if activation == "gelu":
-        z = F.linear(x, weight, bias)
-        return F.gelu(z, approximate="tanh"), z
-    return _torch_linear(x, weight, bias, activation), x.new_empty(0)
+            choice = _CORE
+            decided_kernel, fallen_back, decided_reason = decided
+            if mode == "prefer":
+                if fallen_back:
+                    fall_back("linear", kernel, mode, decided_kernel, decided_reason)
+                chosen, reason = decided_kernel, f"core dispatcher: {decided_reason}"
+            else:
+                chosen = "cublasLt" if x.is_cuda else "cpu"
+                reason = "core dispatcher: fused GEMM epilogue"
+    policy.note_decision("linear", chosen, mode, reason, **describe(x))
+    return choice, y
 
 
-def _fused_linear_fake(
+def _resolve(
     x: Tensor, weight: Tensor, bias: Tensor | None, activation: str, kernel: str, mode: str
-) -> tuple[Tensor, Tensor]:
-    out = x.new_empty((*x.shape[:-1], weight.shape[0]))
-    return out, torch.empty_like(out) if activation == "gelu" else x.new_empty(0)
+) -> int:
+    """The native dispatcher kernels' question: which kernel runs this call. A first call of
+    its kind is decided by running it once here (its result is dropped: the kernel that
+    asked runs the call itself)."""
+    key = _key(kernel, mode, activation, x, weight, bias)
+    choice = _choices.get(key)
+    if choice is None:
+        with torch.no_grad():
+            choice = _decide(kernel, mode, activation, x, weight, bias)[0]
+        _choices[key] = choice
+    return choice
 
 
-def _weight_grad(
-    dz: Tensor, x: Tensor, bias_grad: bool, kernel: str, mode: str
-) -> tuple[Tensor, Tensor]:
-    """(dweight, dbias) = (dz^T x, dz summed over rows): the core's BGRADB GEMM."""
-    dz2 = dz.reshape(-1, dz.shape[-1])
-    x2 = x.reshape(-1, x.shape[-1])
-    if kernel != "torch":
-        try:
-            dw, db = core_ops.linear_weight_grad(
-                dz2.contiguous(),
-                x2.contiguous(),
-                bias_grad=bias_grad,
-                policy=_core_policy(kernel, mode),
-                precision=_precision() if x.dtype == torch.float32 else None,  # type: ignore[arg-type]
-            )
-            return dw, db if db is not None else dz.new_empty(0)
-        except UnsupportedOperationError as error:
-            if kernel != "auto":
-                fall_back("linear", kernel, mode, "torch", f"weight gradient: {error}")
-    dw = dz2.t().matmul(x2)
-    return dw, dz2.sum(0) if bias_grad else dz.new_empty(0)
-
-
-def _weight_grad_fake(
-    dz: Tensor, x: Tensor, bias_grad: bool, kernel: str, mode: str
-) -> tuple[Tensor, Tensor]:
-    n, k = dz.shape[-1], x.shape[-1]
-    return dz.new_empty((n, k)), dz.new_empty((n,) if bias_grad else (0,))
-
-
-def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-    x, weight, bias, activation, kernel, mode = inputs
-    y, z = output
-    saved = z if activation == "gelu" else y if activation == "relu" else None
-    ctx.save_for_backward(x, weight, saved)
-    ctx.has_bias = bias is not None
-    ctx.activation, ctx.kernel, ctx.mode = activation, kernel, mode
-
-
-def _backward(ctx: Any, grad: Tensor, _grad_preactivation: Tensor) -> tuple[Tensor | None, ...]:
-    x, weight, saved = ctx.saved_tensors
-    dz = grad
-    if ctx.activation == "gelu":
-        dz = torch.ops.aten.gelu_backward(grad, saved, approximate="tanh")
-    elif ctx.activation == "relu":
-        dz = torch.ops.aten.threshold_backward(grad, saved, 0)
-    dx = dz.matmul(weight) if ctx.needs_input_grad[0] else None
-    dw = db = None
-    if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
-        dw, db = torch.ops.xpuruntime.fused_linear_weight_grad(
-            dz, x, ctx.has_bias, ctx.kernel, ctx.mode
-        )
-    return dx, dw, db if ctx.has_bias else None, None, None, None
-
-
-if HAS_CUSTOM_OP:
-    _op = torch.library.custom_op("xpuruntime::fused_linear", _fused_linear, mutates_args=())
-    _op.register_fake(_fused_linear_fake)
-    _op.register_autograd(_backward, setup_context=_setup_context)
-    _wgrad = torch.library.custom_op(
-        "xpuruntime::fused_linear_weight_grad", _weight_grad, mutates_args=()
-    )
-    _wgrad.register_fake(_weight_grad_fake)
+native.set_linear_hooks(_resolve, fall_back)
 
 
 def fused_linear(
@@ -195,7 +134,16 @@ def fused_linear(
     ``torch``)."""
     kernel, mode = requested_kernel("linear")
     act = activation or "none"
-    if not HAS_CUSTOM_OP:
-        return _torch_linear(input, weight, bias, act)  # autograd needs the custom op (2.4+)
-    out: Tensor = torch.ops.xpuruntime.fused_linear(input, weight, bias, act, kernel, mode)[0]
-    return out
+    if not plain_eager(input, weight, bias):
+        out: Tensor = torch.ops.xpuruntime.fused_linear(input, weight, bias, act, kernel, mode)[0]
+        return out
+    # A plain eager call: the choice looked up (decided on the first call of its kind), then
+    # one call into C++, which runs the kernel and the C++ autograd node.
+    key = _key(kernel, mode, act, input, weight, bias)
+    choice = _choices.get(key)
+    if choice is None:
+        choice, first = _decide(kernel, mode, act, input, weight, bias)
+        _choices[key] = choice
+        return first
+    y: Tensor = native.linear_forward(input, weight, bias, act, kernel, mode, choice, False)
+    return y
