@@ -248,12 +248,6 @@ def route_engine_stderr() -> _StderrRelay:
 
 
 _OV_LEVEL = re.compile(r"^\s*\[\s*(?P<level>ERROR|WARNING|INFO|DEBUG)\s*\]\s*")
-_OV_LEVELS = {
-    "ERROR": logging.ERROR,
-    "WARNING": logging.WARNING,
-    "INFO": logging.INFO,
-    "DEBUG": logging.DEBUG,
-}
 _ov_callback: Any = None  # the ctypes callback: it must live as long as OpenVINO may call it
 
 
@@ -262,7 +256,7 @@ def _openvino_message(message: bytes | None) -> None:
     if not text:
         return
     match = _OV_LEVEL.match(text)
-    level = _OV_LEVELS[match["level"]] if match else logging.WARNING
+    level: int = logging.getLevelName(match["level"]) if match else logging.WARNING
     engine_logger("openvino").log(level, text[match.end() :] if match else text)
 
 
