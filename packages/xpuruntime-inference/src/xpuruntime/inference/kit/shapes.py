@@ -42,7 +42,9 @@ def free_dimension_overrides(
                 f"the model's input has rank {len(dims)} ({list(dims)})"
             )
         for axis, (dim, value) in enumerate(zip(dims, shape, strict=True)):
-            if isinstance(dim, int) and dim != value:
+            # A negative size is an exporter's "dynamic" (paddle2onnx writes -1), as ONNX
+            # Runtime reads it: no fixed size to disagree with, and no name to override.
+            if isinstance(dim, int) and dim >= 0 and dim != value:
                 raise PolicyError(
                     f"ExecutionPolicy.input_shapes[{name!r}] sets dimension {axis} to {value}, "
                     f"but the model fixes it to {dim}"

@@ -29,7 +29,7 @@ from xpuruntime.npu.engines.qnn_options import (
     session_options,
     session_settings,
 )
-from xpuruntime.npu.engines.qnn_session import QNNSession, check_assignment, create
+from xpuruntime.npu.engines.qnn_session import QNNSession, check_assignment, create, zero_feeds
 from xpuruntime.npu.errors import unknown_device
 from xpuruntime.npu.onnx_model import graph_inputs
 from xpuruntime.npu.quantized import require_quantized_model
@@ -168,6 +168,7 @@ class QNNAdapter(EngineAdapter):
             precision=plan.precision, emulated=found.emulated,
         )  # fmt: skip
         plan.options["qnn"] = options
+        plan.options["fixed"] = shapes
         plan.options["shapes"] = repr(sorted((k, list(v)) for k, v in shapes.items()))
 
     def cache_components(self, plan: BuildPlan) -> Mapping[str, str]:
@@ -195,26 +196,43 @@ class QNNAdapter(EngineAdapter):
                 so.add_session_config_entry("ep.context_file_path", str(context))
         session = create(self.ort, load, so, decisions)
         plan.options["loaded"] = load
+        plan.options["decisions"] = decisions
         if cache is not None and not cache.hit:
-            self._keep_if_it_loads(cache.entry / _CONTEXT_MODEL, options, ep_device, decisions)
+            self._keep_if_it_runs(
+                cache.entry / _CONTEXT_MODEL, options, ep_device, plan.options["fixed"], decisions
+            )
         return session
 
-    def _keep_if_it_loads(
-        self, context: Path, options: QnnOptions, ep_device: Any, decisions: Decisions
+    def _keep_if_it_runs(
+        self,
+        context: Path,
+        options: QnnOptions,
+        ep_device: Any,
+        shapes: Mapping[str, tuple[int, ...]],
+        decisions: Decisions,
     ) -> None:
-        """Keep the context model ONNX Runtime wrote only once it loads in a session of its
-        own: ONNX Runtime writes EPContext models it cannot load again (a model with CPU
-        fallback nodes: "Failed to setup QNN input tensors"); those are not cached."""
+        """Keep the context model ONNX Runtime wrote only once it loads and runs (zeros of the
+        fixed input shapes) in a session of its own: ONNX Runtime writes EPContext models
+        that fail again, at loading ("Failed to setup QNN input tensors") or at every run
+        (ddddocr's captcha model: "ORT Tensor data size does not match QNN tensor data size",
+        where the CPU retry a fresh model gets cannot run an EPContext node); those are not
+        cached. (One extra run per stored entry.)"""
         record = decisions.record
         if not context.is_file():
             record.cache["qnn"]["store_problem"] = "QNN wrote no context model"
             return
+        doing = "load"
         try:
-            create(self.ort, context, session_options(self.ort, options, ep_device), decisions)
+            loaded = create(
+                self.ort, context, session_options(self.ort, options, ep_device), decisions
+            )
+            doing = "run"
+            loaded.disable_fallback()
+            loaded.run(None, zero_feeds(loaded.get_inputs(), shapes))
         except Exception as exc:  # whatever the reason, this entry must not be served
             context.unlink()
             record.cache["qnn"]["store_problem"] = (
-                f"the EPContext model ONNX Runtime wrote does not load again: "
+                f"the EPContext model ONNX Runtime wrote does not {doing} again: "
                 f"{type(exc).__name__}: {exc}"
             )
 
@@ -236,7 +254,7 @@ class QNNAdapter(EngineAdapter):
         return {k: v for k, v in options.provider.items() if k not in _LOCAL_OPTIONS}
 
     def session(self, built: Any, plan: BuildPlan) -> KitSession:
-        return QNNSession(built)
+        return QNNSession(self.ort, built, plan.options["decisions"])
 
 
 class QNNEngine(KitEngine):

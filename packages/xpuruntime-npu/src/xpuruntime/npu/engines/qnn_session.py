@@ -1,10 +1,12 @@
 """An ONNX Runtime session bound to one QNN EP device: creating it (ONNX Runtime's silent
-CPU retry caught), reading where its nodes run, and running it under the kit's contract."""
+CPU retry caught), reading where its nodes run, and running it under the kit's contract
+(ONNX Runtime's silent CPU retry of a failed run taken over, so that it is recorded)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,6 +25,8 @@ from xpuruntime.runtime.record import NodeRecord
 
 if TYPE_CHECKING:
     from xpuruntime.runtime.decisions import Decisions
+
+CPU_EP = "CPUExecutionProvider"
 
 
 def _tensor_infos(args: Sequence[Any]) -> list[TensorInfo]:
@@ -43,18 +47,59 @@ class QNNSession(KitSession):
     # takes whatever it can run (string arrays of any numpy string type included).
     checks_inputs = True
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, ort: Any, session: Any, decisions: Decisions) -> None:
         super().__init__(
             _tensor_infos(session.get_inputs()), _tensor_infos(session.get_outputs()), engine="QNN"
         )
         self._session: Any = session
+        self._ep_failure: type[BaseException] = ort.capi.onnxruntime_pybind11_state.EPFail
+        self._decisions = decisions
+        self._switch = threading.Lock()
+        # onnxruntime's Python run() answers an EP failure by moving the session to the CPU
+        # EP for good and running again, printing to stdout: that retry is done below instead,
+        # through the fallback mode and into the record.
+        session.disable_fallback()
 
     def release(self) -> None:
         self._session = None  # released with the last reference
 
     def execute(self, feeds: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
         arrays = {k: np.ascontiguousarray(as_host_array(v)[0]) for k, v in feeds.items()}
-        return dict(zip(names, self._session.run(names, arrays), strict=True))
+        session = self._session
+        try:
+            return dict(zip(names, session.run(names, arrays), strict=True))
+        except self._ep_failure as exc:
+            self._leave_qnn(session, exc)
+        return dict(zip(names, session.run(names, arrays), strict=True))
+
+    def _leave_qnn(self, session: Any, exc: BaseException) -> None:
+        """The QNN EP failed during a run (a graph it built but cannot execute, e.g. from
+        shapes the model declares wrongly): run on the CPU EP from now on, as ONNX Runtime
+        would, once the fallback mode allows it (``fallback="error"`` raises instead)."""
+        with self._switch:
+            if qnn_backend.EP_NAME not in session.get_providers():
+                return  # another run already moved it
+            message = " ".join(str(exc).split())
+            self._decisions.fallback(
+                what="execution provider",
+                requested=qnn_backend.EP_NAME,
+                chosen=CPU_EP,
+                reason=f"the QNN EP failed while running ({message}); every later run of "
+                f"this session runs on the CPU EP, as ONNX Runtime's own retry does",
+            )
+            with warnings.catch_warnings():  # "SessionOptions has already been configured"
+                warnings.simplefilter("ignore")
+                session.set_providers([CPU_EP])
+
+
+def zero_feeds(args: Sequence[Any], shapes: Mapping[str, Sequence[int]]) -> dict[str, Any]:
+    """Zeros (empty strings) of each input's element type in its fixed shape."""
+    feeds: dict[str, Any] = {}
+    for a in args:
+        dtype = onnx_type_to_numpy_name(a.type)
+        shape = tuple(shapes[a.name])
+        feeds[a.name] = np.full(shape, "", object) if dtype == "str" else np.zeros(shape, dtype)
+    return feeds
 
 
 def create(ort: Any, model: Path, so: Any, decisions: Decisions) -> Any:
