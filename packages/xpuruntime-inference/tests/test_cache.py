@@ -100,6 +100,24 @@ def test_an_abandoned_miss_leaves_nothing(tmp_path: Path) -> None:
     assert not empty.path.exists()
 
 
+def test_a_commit_keeps_the_reason_the_engine_gave_for_storing_nothing(tmp_path: Path) -> None:
+    from xpuruntime.runtime.record import ExecutionRecord
+
+    record = ExecutionRecord(kind="inference")
+    lookup = ContentCache(tmp_path, "demo").lookup(key())
+    record.cache["demo"] = lookup.as_record()
+    record.cache["demo"]["store_problem"] = "QNN wrote no context model"  # the adapter's
+    assert not lookup.commit(record)
+    assert record.cache["demo"]["stored"] is False
+    assert record.cache["demo"]["store_problem"] == "QNN wrote no context model"
+    # Without a reason of the engine's, the commit says what it saw.
+    other = ExecutionRecord(kind="inference")
+    empty = ContentCache(tmp_path, "demo").lookup(key())
+    other.cache["demo"] = empty.as_record()
+    assert not empty.commit(other)
+    assert other.cache["demo"]["store_problem"] == "the engine wrote nothing to cache"
+
+
 @pytest.mark.parametrize(
     ("damage", "problem"),
     [

@@ -150,3 +150,47 @@ def test_unknown_engine_lists_known(mlp: Path) -> None:
 def test_invalid_device_lists_valid_forms(mlp: Path) -> None:
     with pytest.raises(PolicyError, match="'cuda:N'"):
         InferenceSession(mlp, device="tpu:0")
+
+
+@pytest.mark.parametrize(
+    ("quantize", "suggested", "not_suggested"),
+    [
+        (False, ["precision='fp16' or an int8 model (half or a quarter"], []),
+        (True, ["smaller inputs", "another device"], ["precision='fp16'", "int8 model"]),
+    ],
+)
+def test_a_memory_failure_suggests_only_smaller_weights_the_model_lacks(
+    mlp: Path, tmp_path: Path, quantize: bool, suggested: list[str], not_suggested: list[str]
+) -> None:
+    # The precision the kit reads from the model file (ModelInfo.precision): an int8 model
+    # gets no "or an int8 model" (nor fp16) hint, an fp32 one both.
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from xpuruntime.inference.errors import EngineMemoryError
+    from xpuruntime.inference.kit.errors import build_error, memory_error
+    from xpuruntime.inference.model_info import read_model_info
+
+    model = mlp
+    if quantize:
+        model = tmp_path / "mlp.int8.onnx"
+        quantize_dynamic(str(mlp), str(model), weight_type=QuantType.QInt8)
+    precision = read_model_info(model).precision
+    assert precision == ("int8" if quantize else "fp32")
+    failure = RuntimeError("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Failed to allocate memory")
+    for error in (
+        memory_error(failure, engine="onnxruntime", doing="running", precision=precision),
+        build_error(failure, engine="onnxruntime", model=model, precision=precision),
+    ):
+        assert isinstance(error, EngineMemoryError)
+        for text in suggested:
+            assert text in str(error)
+        for text in not_suggested:
+            assert text not in str(error)
+
+
+def test_an_fp16_model_out_of_memory_is_pointed_at_int8_only() -> None:
+    from xpuruntime.inference.kit.errors import memory_hints
+
+    hints = "; ".join(memory_hints("fp16"))
+    assert "an int8 model (half of the weights' memory)" in hints
+    assert "precision='fp16'" not in hints

@@ -155,3 +155,34 @@ def test_cuda_tensors_into_a_cpu_fallback_session_are_counted() -> None:
         ("device_to_host", 1, images.nbytes)
     ]
     assert host.copies == []
+
+
+@needs_cuda_ep
+def test_a_cuda_ep_failure_during_a_run_moves_the_session_to_the_cpu_ep_on_record() -> None:
+    # ONNX Runtime's own retry (a silent, printed switch to the CPU EP) is off; the kit's
+    # (xpuruntime.inference.kit.ort_retry) goes through the fallback mode. No CUDA kernel
+    # fails on purpose, so the failure is an EPFail of ONNX Runtime's own class handed to the
+    # real session's handler; the session then runs device inputs on the CPU EP.
+    import onnxruntime as ort
+
+    torch = pytest.importorskip("torch")
+    from xpuruntime.runtime.errors import FallbackError
+    from xpuruntime.runtime.record import FallbackWarning
+
+    ep_fail = ort.capi.onnxruntime_pybind11_state.EPFail
+    images = demo_images(2)
+    strict = InferenceSession(DEMO_MODEL, device="cuda:0", fallback="error")
+    assert strict.engine_session.session._enable_fallback is False
+    with pytest.raises(FallbackError, match="CUDAExecutionProvider failed while running"):
+        strict.engine_session._leave_cuda(ep_fail("CUDA failure 700: an illegal memory access"))
+    sess = InferenceSession(DEMO_MODEL, device="cuda:0", fallback="warn")
+    want = sess.run({"image": images})["probabilities"]
+    with pytest.warns(FallbackWarning, match="failed while running"):
+        sess.engine_session._leave_cuda(ep_fail("CUDA failure 700: an illegal memory access"))
+    (moved,) = [f for f in sess.record().fallbacks if f.what == "execution provider"]
+    assert (moved.requested, moved.chosen) == ("CUDAExecutionProvider", "CPUExecutionProvider")
+    assert sess.engine_session.session.get_providers() == ["CPUExecutionProvider"]
+    got = sess.run({"image": torch.from_numpy(images).to("cuda:0")})["probabilities"]
+    assert isinstance(got, np.ndarray)  # host I/O on the CPU EP
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert not sess.record().runs[-1].io_binding

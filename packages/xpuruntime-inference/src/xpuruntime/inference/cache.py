@@ -199,9 +199,11 @@ class CacheLookup:
             stored, problem = False, f"{type(exc).__name__}: {exc}"
         self.discard()
         if record is not None and self.key.kind in record.cache:
-            record.cache[self.key.kind]["stored"] = stored
+            entry = record.cache[self.key.kind]
+            entry["stored"] = stored
             if problem:
-                record.cache[self.key.kind]["store_problem"] = problem
+                # The adapter's own reason (why it wrote nothing) says more than ours.
+                entry.setdefault("store_problem", problem)
         return stored
 
     def invalidate(self, record: ExecutionRecord, reason: str) -> CacheLookup:

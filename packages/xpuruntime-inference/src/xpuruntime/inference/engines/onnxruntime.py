@@ -146,7 +146,7 @@ class OnnxRuntimeAdapter(EngineAdapter):
             finally:
                 ort.set_default_logger_severity(ORT_SEVERITIES[policy.engine_log_level])
         route_engine_stderr()  # what ONNX Runtime prints during runs goes to logging as well
-        plan.options.update(logged=logged, load_path=load_path)
+        plan.options.update(logged=logged, load_path=load_path, decisions=decisions)
         if provider == CUDA_EP and CUDA_EP not in session.get_providers():
             decisions.fallback(
                 what="execution provider",
@@ -200,6 +200,7 @@ class OnnxRuntimeAdapter(EngineAdapter):
             device_index=plan.options["device_index"],
             profile_dir=plan.options["config"].profile_dir,
             keep_alive=plan.keep_alive,
+            decisions=plan.options["decisions"],
             stream_handle=None if stream is None else int(stream.handle),
         )
 

@@ -11,13 +11,14 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from xpuruntime.inference.engines.ort_options import CUDA_EP
+from xpuruntime.inference.engines.ort_options import CPU_EP, CUDA_EP
 from xpuruntime.inference.errors import InputError
 from xpuruntime.inference.kit.contract import KitSession
+from xpuruntime.inference.kit.ort_retry import ProviderRetry
 from xpuruntime.inference.tensors import (
     as_host_array,
     dtype_name,
@@ -26,6 +27,9 @@ from xpuruntime.inference.tensors import (
 )
 from xpuruntime.runtime.engines import NO_TRANSFERS, RunStats, TensorInfo
 from xpuruntime.runtime.record import CopyRecord
+
+if TYPE_CHECKING:
+    from xpuruntime.runtime.decisions import Decisions
 
 _log = logging.getLogger(__name__)
 
@@ -37,10 +41,10 @@ def _run_callable(session: Any) -> Any:
     ``InferenceSession.run`` it calls: a second check of the input names (the pybind session
     checks names, types and shapes itself), and, when an execution provider fails during a
     run, a silent switch of the whole session to the CPU provider (announced with print()).
-    The first costs time on every call; the second is exactly the silent fallback an
-    xpuruntime policy forbids. Calling the pybind session skips both; an execution-provider
-    failure then surfaces as an error. Where the wrapper has no pybind session (another
-    ONNX Runtime layout), the public ``run`` is used.
+    The first costs time on every call; the second is taken over by
+    :class:`~xpuruntime.inference.kit.ort_retry.ProviderRetry` (through the fallback mode).
+    Calling the pybind session skips both. Where the wrapper has no pybind session (another
+    ONNX Runtime layout), the public ``run`` is used, its retry disabled.
     """
     native = getattr(session, "_sess", None)
     run = getattr(native, "run", None)
@@ -49,7 +53,7 @@ def _run_callable(session: Any) -> Any:
     _log.warning(
         "onnxruntime %s has no InferenceSession._sess.run (a private API xpuruntime relies on, "
         "tested up to onnxruntime 1.31): using the public run(), which re-checks inputs on "
-        "every call and may move a failing session to the CPU execution provider",
+        "every call",
         _ort_version(),
     )
     return session.run
@@ -84,8 +88,11 @@ class OnnxRuntimeSession(KitSession):
         device_index: int,
         profile_dir: str | None,
         keep_alive: Sequence[Any],
+        decisions: Decisions,
         stream_handle: int | None = None,
     ) -> None:
+        import onnxruntime as ort
+
         super().__init__(
             tuple(_tensor_info(a) for a in session.get_inputs()),
             tuple(_tensor_info(a) for a in session.get_outputs()),
@@ -93,6 +100,9 @@ class OnnxRuntimeSession(KitSession):
         )
         self.session = session
         self.provider = provider
+        # A CUDA EP failure during a run moves the session to the CPU EP under the fallback
+        # mode (on the CPU EP, a failure has nowhere to go and is raised).
+        self._retry = ProviderRetry(ort, session, provider, decisions)
         self._run = _run_callable(session)
         self._on_cuda = provider == CUDA_EP
         self._device_index = device_index
@@ -129,9 +139,22 @@ class OnnxRuntimeSession(KitSession):
             outputs = self._run(names, feeds, None)
             # zip's strict= keyword costs measurably on this per-call path; lengths match.
             return dict(zip(names, outputs))  # noqa: B905
-        if any(placement(x).on_device for x in feeds.values()):
-            return self._run_bound(feeds, names)
-        return self._run_host(feeds, names)
+        try:
+            if any(placement(x).on_device for x in feeds.values()):
+                return self._run_bound(feeds, names)
+            return self._run_host(feeds, names)
+        except self._retry.failure as exc:
+            self._leave_cuda(exc)
+        return self.execute(feeds, names)
+
+    def _leave_cuda(self, exc: BaseException) -> None:
+        """The CUDA EP failed a run: move the session to the CPU EP (the fallback mode
+        decides), with its new pybind session and host I/O only from now on (device inputs
+        are fetched, outputs are numpy arrays)."""
+        self._retry.leave(self.session, exc)
+        self.provider = CPU_EP
+        self._on_cuda = False
+        self._run = _run_callable(self.session)
 
     def _run_host(self, feeds: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
         """Run with host arrays (fetching device tensors first); count the copies."""

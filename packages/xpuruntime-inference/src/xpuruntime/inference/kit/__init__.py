@@ -8,8 +8,9 @@ supplies only its own narrow steps).
 * :mod:`.contract`: :class:`KitSession` (names, feeds, outputs, closed, errors);
 * :mod:`.locking`: :class:`EngineLock` (one lock entry per engine session);
 * :mod:`.inspect`, :mod:`.shapes`, :mod:`.limits`, :mod:`.errors`: the kit's own steps;
-* :mod:`.provider_assignment`: node placement as ONNX Runtime's providers report it (the
-  ONNX Runtime and QNN engines).
+* :mod:`.provider_assignment`: node placement as ONNX Runtime's providers report it, and
+  :mod:`.ort_retry`: a failed run's move to the CPU EP through the fallback rule (the ONNX
+  Runtime and QNN engines).
 
 Engines import the kit, never each other. Importing the kit imports no engine backend.
 """

@@ -189,4 +189,6 @@ class EngineAdapter(abc.ABC):
         such, everything else InvalidModelError)."""
         from xpuruntime.inference.kit.errors import build_error
 
-        return build_error(exc, engine=self.version(plan.target), model=plan.model)
+        return build_error(
+            exc, engine=self.version(plan.target), model=plan.model, precision=plan.precision
+        )

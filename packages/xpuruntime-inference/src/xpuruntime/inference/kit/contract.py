@@ -47,6 +47,10 @@ def _numpy_dtype(name: str) -> np.dtype[Any] | None:
 class KitSession(EngineSession):
     """An engine session under the kit's behaviour contract (see the module docstring)."""
 
+    #: The precision the model runs in (set by the kit's pipeline): what an out-of-memory
+    #: error suggests depends on it (no "an int8 model" for an int8 one).
+    precision: str | None = None
+
     def __init__(
         self, inputs: Sequence[TensorInfo], outputs: Sequence[TensorInfo], *, engine: str
     ) -> None:
@@ -107,7 +111,9 @@ class KitSession(EngineSession):
                     f"this {self._engine_label} session was closed during the run"
                 ) from exc
             if is_memory_failure(exc):
-                raise memory_error(exc, engine=self._engine_label, doing="running") from exc
+                raise memory_error(
+                    exc, engine=self._engine_label, doing="running", precision=self.precision
+                ) from exc
             raise
 
     def _converted(self, feeds: Mapping[Any, Any]) -> dict[str, Any]:

@@ -125,7 +125,9 @@ def build_session(
     if lock is not None:
         _settle_lock(adapter, lock, built, plan)
     refuse_unhonoured(decisions, first_setting)  # and those the built session read back
-    return adapter.session(built, plan)
+    session = adapter.session(built, plan)
+    session.precision = plan.precision
+    return session
 
 
 def _open_lock(

@@ -1,12 +1,11 @@
 """An ONNX Runtime session bound to one QNN EP device: creating it (ONNX Runtime's silent
 CPU retry caught), reading where its nodes run, and running it under the kit's contract
-(ONNX Runtime's silent CPU retry of a failed run taken over, so that it is recorded)."""
+(ONNX Runtime's silent CPU retry of a failed run taken over by the kit's ProviderRetry)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
-import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from xpuruntime.inference.kit import KitSession
+from xpuruntime.inference.kit.ort_retry import ProviderRetry
 from xpuruntime.inference.kit.provider_assignment import assigned_nodes, record_assignment
 from xpuruntime.inference.tensors import as_host_array, onnx_type_to_numpy_name
 from xpuruntime.npu import qnn_backend
@@ -25,8 +25,6 @@ from xpuruntime.runtime.record import NodeRecord
 
 if TYPE_CHECKING:
     from xpuruntime.runtime.decisions import Decisions
-
-CPU_EP = "CPUExecutionProvider"
 
 
 def _tensor_infos(args: Sequence[Any]) -> list[TensorInfo]:
@@ -52,13 +50,9 @@ class QNNSession(KitSession):
             _tensor_infos(session.get_inputs()), _tensor_infos(session.get_outputs()), engine="QNN"
         )
         self._session: Any = session
-        self._ep_failure: type[BaseException] = ort.capi.onnxruntime_pybind11_state.EPFail
-        self._decisions = decisions
-        self._switch = threading.Lock()
-        # onnxruntime's Python run() answers an EP failure by moving the session to the CPU
-        # EP for good and running again, printing to stdout: that retry is done below instead,
-        # through the fallback mode and into the record.
-        session.disable_fallback()
+        # A graph the QNN EP built but cannot execute (e.g. from shapes the model declares
+        # wrongly) fails every run: the session moves to the CPU EP under the fallback mode.
+        self._retry = ProviderRetry(ort, session, qnn_backend.EP_NAME, decisions)
 
     def release(self) -> None:
         self._session = None  # released with the last reference
@@ -68,28 +62,9 @@ class QNNSession(KitSession):
         session = self._session
         try:
             return dict(zip(names, session.run(names, arrays), strict=True))
-        except self._ep_failure as exc:
-            self._leave_qnn(session, exc)
+        except self._retry.failure as exc:
+            self._retry.leave(session, exc)
         return dict(zip(names, session.run(names, arrays), strict=True))
-
-    def _leave_qnn(self, session: Any, exc: BaseException) -> None:
-        """The QNN EP failed during a run (a graph it built but cannot execute, e.g. from
-        shapes the model declares wrongly): run on the CPU EP from now on, as ONNX Runtime
-        would, once the fallback mode allows it (``fallback="error"`` raises instead)."""
-        with self._switch:
-            if qnn_backend.EP_NAME not in session.get_providers():
-                return  # another run already moved it
-            message = " ".join(str(exc).split())
-            self._decisions.fallback(
-                what="execution provider",
-                requested=qnn_backend.EP_NAME,
-                chosen=CPU_EP,
-                reason=f"the QNN EP failed while running ({message}); every later run of "
-                f"this session runs on the CPU EP, as ONNX Runtime's own retry does",
-            )
-            with warnings.catch_warnings():  # "SessionOptions has already been configured"
-                warnings.simplefilter("ignore")
-                session.set_providers([CPU_EP])
 
 
 def zero_feeds(args: Sequence[Any], shapes: Mapping[str, Sequence[int]]) -> dict[str, Any]:
