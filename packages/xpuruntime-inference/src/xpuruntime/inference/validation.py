@@ -108,9 +108,12 @@ class FeedValidator:
             exp = self._expected[name]
             if type(x) is np.ndarray and exp.numpy_dtype is not None:
                 # The common case, inlined: this runs on every call.
-                if x.dtype is not exp.numpy_dtype and x.dtype != exp.numpy_dtype:
-                    if not (exp.strings and x.dtype.kind in "UOS"):
-                        self._raise_dtype(exp, x.dtype.name)
+                if (
+                    x.dtype is not exp.numpy_dtype
+                    and x.dtype != exp.numpy_dtype
+                    and not (exp.strings and x.dtype.kind in "UOS")
+                ):
+                    self._raise_dtype(exp, x.dtype.name)
                 shape: Sequence[int] = x.shape
             elif isinstance(x, (list, tuple)):
                 # Lists become arrays of the input's element type in the engine kit (which
