@@ -144,15 +144,16 @@ def _draw(browser: _Chromium, url: str, out: Path, wait_s: float, expand_all: bo
     """Open the graph, wait until Model Explorer has drawn it, expand every layer, capture."""
     browser.call("Page.navigate", url=url)
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
+    settled = 0  # layout starts after the first frame: ready only once it stays so for 5 s
+    while settled < 5:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Model Explorer drew no graph within {wait_s} s")
         ready = browser.evaluate(
-            "!!document.querySelector('canvas') && !document.body.innerText.includes('Converting')"
+            "!!document.querySelector('canvas') && !/Converting|Processing/"
+            ".test(document.body.innerText)"
         )
-        if ready:
-            break
+        settled = settled + 1 if ready else 0
         time.sleep(1)
-    else:
-        raise RuntimeError(f"Model Explorer drew no graph within {wait_s} s")
     time.sleep(3)
     if not expand_all:
         shot = browser.call("Page.captureScreenshot", format="png")
