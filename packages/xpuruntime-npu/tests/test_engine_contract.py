@@ -134,7 +134,8 @@ def test_output_names_and_list_feeds_as_on_onnxruntime(engine, renamed):
     nested = [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]]  # Python floats: float64 -> float32
     everything = session.run({"input_0": nested}, [])
     assert list(everything) == ["output", "aux"]
-    np.testing.assert_allclose(everything["aux"], np.asarray(nested, np.float32))
+    # Within an ulp: the HTP simulator's arithmetic need not be the CPU's to the last bit.
+    np.testing.assert_allclose(everything["aux"], np.asarray(nested, np.float32), rtol=1e-6)
     with pytest.raises(InputError, match="'input_0'"):
         session.run({"input_0": [[1.0, 2.0], [3.0]]})
     assert session.run({"input_0": nested})["output"].shape == (2, 4)  # still usable

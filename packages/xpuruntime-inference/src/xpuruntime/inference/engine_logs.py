@@ -256,7 +256,7 @@ def _openvino_message(message: bytes | None) -> None:
     if not text:
         return
     match = _OV_LEVEL.match(text)
-    level: int = logging.getLevelName(match["level"]) if match else logging.WARNING
+    level = int(getattr(logging, match["level"])) if match else logging.WARNING
     engine_logger("openvino").log(level, text[match.end() :] if match else text)
 
 
