@@ -149,6 +149,9 @@ def bench_torch_ops(device: str, calls: int) -> list[dict[str, Any]]:
         ("attention 1x16x64x64 flash pinned", {"attention": "flash_v2"},
          lambda q: ops.fused_attention(q, q, q),
          lambda q: F.scaled_dot_product_attention(q, q, q), (q,)),
+        ("attention 1x16x64x64 efficient pinned", {"attention": "efficient"},
+         lambda q: ops.fused_attention(q, q, q),
+         lambda q: F.scaled_dot_product_attention(q, q, q), (q,)),
         (f"linear+gelu {m}x{k}x{k}", {"linear": "cublasLt" if device == "cuda" else "cpu"},
          lambda a, w: ops.fused_linear(a, w, None, "gelu"),
          lambda a, w: F.gelu(F.linear(a, w), approximate="tanh"), (a, lw)),
@@ -156,7 +159,7 @@ def bench_torch_ops(device: str, calls: int) -> list[dict[str, Any]]:
     rows = []
     for name, entries, ours, peer, args in cases:
         if device == "cpu" and name.startswith("attention"):
-            continue  # flash_v2 is a CUDA backend
+            continue  # flash_v2 and efficient are CUDA backends
         with xrt_torch.kernel_policy(**entries):
             for grad in (False, True):
                 tensors = tuple(t.detach().requires_grad_(grad) for t in args)

@@ -70,6 +70,52 @@ Tensor preactivation_buffer(std::int64_t rows, std::int64_t cols, DType dtype, D
   t.strides = {ld, 1};
   return t;
 }
+// A caller's result storage (LinearOutputs) checked against what the core would allocate:
+// `like`'s dtype and device, `shape`, contiguous.
+Tensor provided(const Tensor* t, const std::vector<std::int64_t>& shape, const Tensor& like,
+                const char* op, const char* name) {
+  if (t == nullptr) {
+    throw InvalidArgumentError(std::string(op) + ": the caller provides the output but not " +
+                               name);
+  }
+  detail::require_same(like, *t, op, "x", name);
+  if (t->shape != shape) {
+    Tensor expected;
+    expected.shape = shape;
+    throw InvalidArgumentError(std::string(op) + ": " + name + " must have shape " +
+                               expected.shape_str() + ", got " + t->shape_str());
+  }
+  detail::require_contiguous(*t, op, name);
+  return *t;
+}
+
+// A caller's pre-activation buffer: [rows, cols], unit column stride, a row stride that is a
+// multiple of 8 and at least cols (as preactivation_buffer lays it out).
+Tensor provided_preactivation(const Tensor* t, std::int64_t rows, std::int64_t cols,
+                              const Tensor& like) {
+  if (t == nullptr) {
+    throw InvalidArgumentError("linear: the caller provides the output but not the "
+                               "pre-activation that save_preactivation returns");
+  }
+  detail::require_same(like, *t, "linear", "x", "pre-activation");
+  const bool laid_out = t->shape == std::vector<std::int64_t>{rows, cols} &&
+                        (cols <= 1 || t->stride(1) == 1) && t->stride(0) >= cols &&
+                        t->stride(0) % 8 == 0;
+  if (!laid_out) {
+    throw InvalidArgumentError("linear: the pre-activation must be a [" + std::to_string(rows) +
+                               ", " + std::to_string(cols) + "] matrix with unit column stride " +
+                               "and a row stride that is a multiple of 8, got shape " +
+                               t->shape_str() + " strides " + t->strides_str());
+  }
+  return *t;
+}
+
+// An output the call has no use for is a caller's mistake, not something to ignore.
+void refuse_extra(const LinearOutputs& into, const char* op, const char* why) {
+  if (into.output != nullptr && into.extra != nullptr) {
+    throw InvalidArgumentError(std::string(op) + ": a second output was provided but " + why);
+  }
+}
 }  // namespace
 
 Activation activation_from_name(const std::string& name) {
@@ -81,7 +127,8 @@ Activation activation_from_name(const std::string& name) {
 }
 
 OpResult linear(const Tensor& x, const Tensor& w, const Tensor* bias, Activation activation,
-                bool save_preactivation, const PolicyChoice& policy, void* stream) {
+                bool save_preactivation, const PolicyChoice& policy, void* stream,
+                const LinearOutputs& into) {
   if (w.shape.size() != 2) {
     throw InvalidArgumentError("linear: weight must be 2-D [out_features, in_features], got " +
                                w.shape_str());
@@ -107,6 +154,7 @@ OpResult linear(const Tensor& x, const Tensor& w, const Tensor* bias, Activation
   std::vector<std::int64_t> out_shape(x.shape.begin(), x.shape.end() - 1);
   out_shape.push_back(n);
   checked_nbytes(checked_numel(out_shape, "linear output"), dtype_size(x.dtype), "linear output");
+  if (!save_preactivation) refuse_extra(into, "linear", "save_preactivation is off");
   const Epilogue epilogue = forward_epilogue(activation, bias != nullptr, save_preactivation);
   const GemmOperand ga = gemm_operand(x2, m, k);
   const GemmOperand gb = gemm_operand(wt, k, n);
@@ -115,6 +163,13 @@ OpResult linear(const Tensor& x, const Tensor& w, const Tensor* bias, Activation
   KernelCall call{{&x2, &wt}, {}, nullptr, stream};
   if (bias != nullptr) call.inputs.push_back(bias);
   OpResult r = detail::run_op(query, policy, call, [&](OpResult& res) {
+    if (into.output != nullptr) {
+      res.output = provided(into.output, out_shape, x, "linear", "the output");
+      res.output.shape = {m, n};
+      res.output.strides = {n, 1};
+      if (save_preactivation) res.extra.push_back(provided_preactivation(into.extra, m, n, x));
+      return;
+    }
     res.output = Tensor::empty({m, n}, x.dtype, x.device, stream);
     if (save_preactivation) res.extra.push_back(preactivation_buffer(m, n, x.dtype, x.device, stream));
   });
@@ -124,7 +179,8 @@ OpResult linear(const Tensor& x, const Tensor& w, const Tensor* bias, Activation
 }
 
 OpResult linear_weight_grad(const Tensor& dz, const Tensor& x, bool bias_grad,
-                            const PolicyChoice& policy, void* stream) {
+                            const PolicyChoice& policy, void* stream,
+                            const LinearOutputs& into) {
   detail::require_same(dz, x, "linear_weight_grad", "dz", "x");
   const Tensor dz2 = rows_view(dz, "linear_weight_grad", "dz");
   const Tensor x2 = rows_view(x, "linear_weight_grad", "x");
@@ -138,9 +194,17 @@ OpResult linear_weight_grad(const Tensor& dz, const Tensor& x, bool bias_grad,
   const GemmOperand gb = gemm_operand(x2, rows, k);
   const bool tf32 = policy.allow_tf32 && x.dtype == DType::F32;
   const Epilogue e = bias_grad ? Epilogue::BGradB : Epilogue::None;
+  if (!bias_grad) refuse_extra(into, "linear_weight_grad", "bias_grad is off");
   OpQuery query{"linear", {n, rows, k}, x.dtype, x.device, gemm_variant(ga, gb, e, tf32)};
   KernelCall call{{&dzt, &x2}, {}, nullptr, stream};
   return detail::run_op(query, policy, call, [&](OpResult& res) {
+    if (into.output != nullptr) {
+      res.output = provided(into.output, {n, k}, x, "linear_weight_grad", "the output");
+      if (bias_grad) {
+        res.extra.push_back(provided(into.extra, {n}, x, "linear_weight_grad", "the bias grad"));
+      }
+      return;
+    }
     res.output = Tensor::empty({n, k}, x.dtype, x.device, stream);
     if (bias_grad) res.extra.push_back(Tensor::empty({n}, x.dtype, x.device, stream));
   });

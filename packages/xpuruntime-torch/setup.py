@@ -9,7 +9,13 @@ setup(
     ext_modules=[
         CppExtension(
             "xpuruntime.pytorch.ops._C",
-            ["csrc/module.cpp", "csrc/core_table.cpp", "csrc/norm_ops.cpp", "csrc/linear_ops.cpp"],
+            [
+                "csrc/module.cpp",
+                "csrc/core_table.cpp",
+                "csrc/norm_ops.cpp",
+                "csrc/linear_ops.cpp",
+                "csrc/attention_ops.cpp",
+            ],
             extra_compile_args=["-O2", "-g0"],
         )
     ],

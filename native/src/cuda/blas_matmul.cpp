@@ -737,6 +737,36 @@ PlanKey plan_key(const GemmProblem& p, const KernelCall& call, int device) {
                  d && d->locked ? algorithm_hash(d->locked->algorithm) : 0};
 }
 
+bool stream_is_capturing(void* stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  XRT_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// The workspace of GEMMs captured into CUDA graphs (torch.cuda.graph or the core's own):
+// one buffer per device of the largest workspace a plan may take, made once and never freed
+// nor handed to anything else, since every graph that captured it reads it on each replay.
+// PyTorch does the same with its cuBLAS workspace, and the same caveat holds: graphs that
+// replay concurrently on different streams must not share it. It is allocated in relaxed
+// capture mode, since a global-mode capture refuses cudaMalloc.
+void* capture_workspace(int device) {
+  static std::mutex m;
+  static std::unordered_map<int, void*> buffers;
+  std::lock_guard<std::mutex> lock(m);
+  void*& buffer = buffers[device];
+  if (buffer == nullptr) {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    XRT_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    const cudaError_t status = cudaMalloc(&buffer, workspace_limit(device));
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    if (status != cudaSuccess) {
+      buffer = nullptr;
+      XRT_CUDA_CHECK(status);
+    }
+  }
+  return buffer;
+}
+
 std::string run_cublaslt(const KernelCall& call) {
   const BlasLibraries& libs = BlasLibraries::probe().require_lt();
   const GemmProblem p = gemm_problem(call, call.variant);
@@ -757,23 +787,35 @@ std::string run_cublaslt(const KernelCall& call) {
     auto it = plans().find(key);
     if (it != plans().end()) plan = it->second;
   }
+  const bool capturing = stream_is_capturing(call.stream);
+  if (!plan && capturing) {
+    // Choosing a plan times candidate kernels, which a capture would record into the graph.
+    throw UnsupportedOperationError(
+        "this GEMM shape has not run on this device before the CUDA graph capture began: run "
+        "the captured code once before capturing (the usual warm-up), so cuBLASLt's algorithm "
+        "is chosen outside the graph");
+  }
   if (!plan) {
     std::shared_ptr<LtPlan> fresh = make_plan(libs, h, p, call, device);
     std::unique_lock<std::shared_mutex> lock(plans_mutex());
     plan = plans().emplace(key, std::move(fresh)).first->second;
   }
   if (call.decision != nullptr && !call.decision->has_notes()) call.decision->set_notes(plan->notes);
-  // Workspace from the pool on the call's stream: stream order makes reuse safe.
+  // Workspace from the pool on the call's stream: stream order makes reuse safe. Not so for
+  // a capture: the graph reads it on every replay, so it gets the capture workspace.
   void* workspace = nullptr;
+  void* pooled = nullptr;
   if (plan->workspace > 0) {
-    workspace = CachingAllocator::instance().allocate(plan->workspace, device, call.stream);
+    workspace = capturing ? capture_workspace(device)
+                          : (pooled = CachingAllocator::instance().allocate(plan->workspace,
+                                                                             device, call.stream));
   }
   struct Release {
     void* p;
     ~Release() {
       if (p) CachingAllocator::instance().free(p);
     }
-  } release{workspace};
+  } release{pooled};
   check(lt_launch(libs, h, *plan, plan->algo, buffers_of(p), workspace, plan->workspace,
                   call.stream),
         "cublasLtMatmul");

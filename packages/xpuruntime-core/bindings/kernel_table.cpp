@@ -144,9 +144,18 @@ int linear(xrt_linear_args* in, void* stream) {
     policy.kernel = in->kernel;
     policy.mode = xrt::mode_from_name(in->mode);
     policy.allow_tf32 = in->tf32 != 0;
+    // The caller's result storage, when it gives one.
+    std::optional<xrt::Tensor> out_into, extra_into;
+    xrt::LinearOutputs into;
+    if (in->write_into) {
+      into.output = &out_into.emplace(view_of(in->out_into, "the output"));
+      if (in->extra_into.ndim > 0) {
+        into.extra = &extra_into.emplace(view_of(in->extra_into, "the second output"));
+      }
+    }
     xrt::OpResult r;
     if (in->weight_grad) {
-      r = xrt::linear_weight_grad(a, b, in->bias_grad != 0, policy, stream);
+      r = xrt::linear_weight_grad(a, b, in->bias_grad != 0, policy, stream, into);
     } else {
       static constexpr xrt::Activation kActivations[] = {
           xrt::Activation::None, xrt::Activation::Relu, xrt::Activation::Gelu};
@@ -157,10 +166,12 @@ int linear(xrt_linear_args* in, void* stream) {
       std::optional<xrt::Tensor> bias;
       if (in->bias.data != nullptr || in->bias.ndim > 0) bias = view_of(in->bias, "bias");
       r = xrt::linear(a, b, bias ? &*bias : nullptr, kActivations[in->activation],
-                      in->save_preactivation != 0, policy, stream);
+                      in->save_preactivation != 0, policy, stream, into);
     }
-    in->out = hand_over(r.output);
-    in->extra = r.extra.empty() ? xrt_buffer{} : hand_over(r.extra[0]);
+    if (into.output == nullptr) {
+      in->out = hand_over(r.output);
+      in->extra = r.extra.empty() ? xrt_buffer{} : hand_over(r.extra[0]);
+    }
     if (in->report) {
       reported_kernel = r.decision->kernel;
       reported_reason = r.decision->reason;
@@ -189,6 +200,7 @@ const xrt_kernel_table table = {
     last_error,
     linear,
     release_buffer,
+    sizeof(xrt_linear_args),
 };
 }  // namespace
 

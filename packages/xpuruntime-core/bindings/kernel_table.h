@@ -97,6 +97,9 @@ typedef struct xrt_buffer {
 //     elements (a multiple of 8);
 //   weight gradient (weight_grad 1): out = a^T @ b for a = dz [..., N], b = x [..., K]:
 //     dw [N, K] contiguous; bias_grad: extra = db = dz summed over rows [N] (BGRADB).
+// The results go where the caller says (write_into: out_into, extra_into, the layouts above;
+// what a CUDA graph capture needs, where only the capturing allocator may allocate), or else
+// into memory the core allocates and hands over in out and extra.
 typedef struct xrt_linear_args {
   int32_t weight_grad;
   int32_t activation;  // forward: 0 none, 1 relu, 2 gelu (tanh approximation)
@@ -118,6 +121,12 @@ typedef struct xrt_linear_args {
   const char* decision_kernel;
   const char* decision_reason;
   int32_t decision_fallen_back;
+  // Appended (the table's linear_args_size covers them): the caller's result storage. With
+  // write_into 1 the results go to out_into and extra_into (required, ndim > 0, exactly when
+  // the call has a second result) and out and extra stay empty.
+  int32_t write_into;
+  xrt_view out_into;
+  xrt_view extra_into;
 } xrt_linear_args;
 
 typedef struct xrt_kernel_table {
@@ -134,6 +143,8 @@ typedef struct xrt_kernel_table {
   // Appended with the linear op (present when size covers them).
   int (*linear)(xrt_linear_args* args, void* stream);
   void (*release_buffer)(void* owner);
+  // Appended with caller-provided linear results: sizeof(xrt_linear_args) as the core reads it.
+  uint32_t linear_args_size;
 } xrt_kernel_table;
 
 #ifdef __cplusplus

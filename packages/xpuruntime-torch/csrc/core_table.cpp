@@ -47,7 +47,10 @@ void bind_core_table(py::module_& module) {
       "load_kernel_table",
       [](py::capsule capsule) {
         auto* t = static_cast<const xrt_kernel_table*>(capsule.get_pointer());
-        if (t->version != XRT_KERNEL_TABLE_VERSION || t->size < sizeof(xrt_kernel_table)) {
+        // linear_args_size: the core reads the fields appended to xrt_linear_args (the
+        // caller's result storage, which this extension always gives).
+        if (t->version != XRT_KERNEL_TABLE_VERSION || t->size < sizeof(xrt_kernel_table) ||
+            t->linear_args_size < sizeof(xrt_linear_args)) {
           throw py::import_error(
               "xpuruntime-core's kernel table is version " + std::to_string(t->version) +
               " (" + std::to_string(t->size) + " bytes) but xpuruntime-torch's native ops need "

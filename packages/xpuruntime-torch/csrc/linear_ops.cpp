@@ -10,15 +10,16 @@
 // GELU_AUX_BIAS epilogue stored, or ReLU's output), dx = dz @ weight, and dweight with dbias
 // from one GEMM with the BGRADB epilogue (the op fused_linear_weight_grad).
 //
-// The core allocates what it returns (its caching pool, on the call's stream), as it does for
-// xpuruntime.ops.linear; PyTorch adopts that memory without a copy and hands it back through
-// the table's release_buffer.
+// The results are PyTorch's allocations (at::empty on the current stream) that the core's
+// kernel writes into: PyTorch's allocator is the one a CUDA graph capture knows about (a
+// captured call's results come from the graph's private pool, where replays write them).
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -82,14 +83,11 @@ xrt_view view_of(const Tensor& t) {
   return v;
 }
 
-// The core's result as a PyTorch tensor on the same memory (`strides` in elements).
-Tensor adopt(const xrt_buffer& b, at::IntArrayRef shape, at::IntArrayRef strides,
-             const at::TensorOptions& options) {
-  return at::for_blob(b.data, shape)
-      .strides(strides)
-      .context(b.owner, kernels().release_buffer)
-      .options(options)
-      .make_tensor();
+// GELU's pre-activation as the core's epilogue stores it: an [M, N] matrix whose row stride
+// is a multiple of 8 elements (cuBLASLt's rule for GELU_AUX).
+Tensor preactivation_buffer(int64_t m, int64_t n, const at::TensorOptions& options) {
+  const int64_t row = std::max<int64_t>((n + 7) / 8 * 8, 8);
+  return at::empty({m, row}, options).narrow(1, 0, n);
 }
 
 std::vector<int64_t> out_shape(const Tensor& x, const Tensor& w) {
@@ -137,20 +135,19 @@ Forward core_forward(const Tensor& x, const Tensor& w, const OptTensor& bias, in
   a.a = view_of(x);
   a.b = view_of(w);
   if (bias && bias->defined()) a.bias = view_of(*bias);
-  run_core(a, policy, x);
   const std::vector<int64_t> shape = out_shape(x, w);
   Forward out;
-  out.y = adopt(a.out, shape, c10::contiguous_strides(shape), x.options());
-  if (a.extra.owner != nullptr) {
-    // [M, N] rows of row_stride elements, seen with the output's leading dimensions.
-    std::vector<int64_t> strides(shape.size(), 1);
-    int64_t step = a.extra.row_stride;
-    for (size_t d = shape.size() - 1; d-- > 0;) {
-      strides[d] = step;
-      step *= shape[d];
-    }
-    out.z = adopt(a.extra, shape, strides, x.options());
+  out.y = at::empty(shape, x.options());
+  a.write_into = 1;
+  a.out_into = view_of(out.y);
+  Tensor z;  // the core's [M, N] view; autograd keeps it with the output's leading dimensions
+  if (a.save_preactivation) {
+    const int64_t m = c10::multiply_integers(shape.begin(), shape.end() - 1);
+    z = preactivation_buffer(m, shape.back(), x.options());
+    a.extra_into = view_of(z);
   }
+  run_core(a, policy, x);
+  if (z.defined()) out.z = z.view(shape);
   return out;
 }
 
@@ -197,11 +194,13 @@ std::tuple<Tensor, Tensor> weight_grad(const Tensor& dz, const Tensor& x, bool b
       a.bias_grad = bias_grad;
       a.a = view_of(dz2);
       a.b = view_of(x2);
-      run_core(a, core_policy(kernel, mode, x2), dz2);
       const int64_t n = dz2.size(1), k = x2.size(1);
-      Tensor dw = adopt(a.out, {n, k}, {k, 1}, dz2.options());
-      Tensor db = a.extra.owner != nullptr ? adopt(a.extra, {n}, {1}, dz2.options())
-                                           : dz.new_empty({0});
+      Tensor dw = at::empty({n, k}, dz2.options());
+      Tensor db = bias_grad ? at::empty({n}, dz2.options()) : dz.new_empty({0});
+      a.write_into = 1;
+      a.out_into = view_of(dw);
+      if (bias_grad) a.extra_into = view_of(db);
+      run_core(a, core_policy(kernel, mode, x2), dz2);
       return {dw, db};
     } catch (const CoreError& e) {
       if (e.status != XRT_UNSUPPORTED) throw;

@@ -51,6 +51,29 @@ def test_fused_linear_weight_grad_opcheck() -> None:
     )
 
 
+def test_core_writes_into_pytorchs_allocations() -> None:
+    # The core's kernels write the results into tensors PyTorch allocated (what a CUDA graph
+    # capture needs), never memory of the core's own pool that PyTorch adopts (a storage made
+    # from a foreign pointer is not resizable; PyTorch's own allocations are).
+    x, w, b = _inputs()
+    op = torch.ops.xpuruntime
+    with xrt_torch.kernel_policy(linear="cpu") as record:
+        y = fused_linear(x.detach(), w.detach(), b.detach(), "gelu")
+        g, z = op.fused_linear(x.detach(), w.detach(), b.detach(), "gelu", "cpu", "pin")
+        dz = torch.randn(2, 5, 6, dtype=torch.float64)
+        dw, db = op.fused_linear_weight_grad(dz, x.detach(), True, "cpu", "pin")
+    assert {d.kernel for d in record.decisions if d.op == "linear"} == {"cpu"}
+    for result in (y, g, z, dw, db):
+        assert result.untyped_storage().resizable()
+    expected = F.linear(x, w, b).detach()
+    torch.testing.assert_close(z, expected)
+    torch.testing.assert_close(g, F.gelu(expected, approximate="tanh"))
+    torch.testing.assert_close(y, g)
+    dz2, x2 = dz.reshape(-1, 6), x.detach().reshape(-1, 7)
+    torch.testing.assert_close(dw, dz2.T @ x2)
+    torch.testing.assert_close(db, dz2.sum(0))
+
+
 @pytest.mark.parametrize("kernel", ["cpu", "torch"])
 @pytest.mark.parametrize("activation", [None, "relu", "gelu"])
 @pytest.mark.parametrize("with_bias", [True, False])

@@ -36,3 +36,71 @@ def linear_forward(
     report: bool,
     /,
 ) -> Any: ...
+
+ATTENTION_FLASH: int
+ATTENTION_EFFICIENT: int
+ATTENTION_CUDNN: int
+
+def set_attention_hooks(
+    choose: Callable[..., str],
+    forward_other: Callable[..., tuple[Tensor, Tensor, Tensor, Tensor]],
+    backward_other: Callable[..., tuple[Tensor, Tensor, Tensor]],
+    /,
+) -> None: ...
+def attention_forward(
+    code: int,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    need_lse: bool,
+    /,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]: ...
+def attention_backward(
+    code: int,
+    grad: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    seed: Tensor,
+    offset: Tensor,
+    mask: Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    /,
+) -> tuple[Tensor, Tensor, Tensor]: ...
+def attention_cached(
+    record: object,
+    kernel: str,
+    mode: str,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    needs_grad: bool,
+    /,
+) -> Tensor | None: ...
+def attention_decided(
+    record: object,
+    kernel: str,
+    mode: str,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    needs_grad: bool,
+    code: int,
+    /,
+) -> Tensor: ...

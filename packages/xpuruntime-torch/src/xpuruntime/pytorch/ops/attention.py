@@ -13,16 +13,22 @@ PyTorch's own choice is warned or recorded. Under a decision lockfile
 and replayed as mode ``"locked"``: exactly the locked backend, a refusal going through the
 policy's fallback mode.
 
-Plain eager calls run the entry points directly, differentiated by PyTorch's own autograd.
-Compiled and traced calls go through the custom op ``xpuruntime::fused_attention``, which
-resolves the kernel itself (opaque to the tracer) and returns the output with what the
-backward needs (log-sum-exp and the dropout RNG state; empty where the kernel keeps none,
-and then its backward op recomputes the forward under autograd).
+The ops ``xpuruntime::fused_attention`` and ``fused_attention_backward`` and their autograd
+node are C++ (``csrc/attention_ops.cpp``), as are the entry-point calls. What stays here is
+the policy surface: the kernel choice, made and recorded on the first call of its kind under
+the policy in effect (PyTorch's own eligibility check, once per call signature), the
+fallback rule, and the kernels that are not an entry point (math and PyTorch's own choice,
+which the native kernels hand back to this module). A plain eager call on a backend with an
+entry point is then one dict lookup and one call into C++, differentiated by PyTorch's own
+autograd (the backend's own backward, as under SDPA). Compiled and traced calls go through
+the op, which resolves the kernel itself (opaque to the tracer) and returns the output with
+what the backward needs (log-sum-exp and the dropout RNG state; empty where the kernel keeps
+none, and then its backward op recomputes the forward under autograd). The fake kernels are
+registered here (``register_fake``): the results' layouts depend on the device, which a C++
+Meta kernel's tensors do not carry.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +40,7 @@ from xpuruntime.pytorch.lock import attention_kernel
 from xpuruntime.pytorch.mapping import ATTENTION_BACKENDS
 from xpuruntime.pytorch.ops import sdpa_entries, xrt_attention
 from xpuruntime.pytorch.ops._eager import plain_eager
+from xpuruntime.pytorch.ops._native import native
 from xpuruntime.pytorch.ops._policy import (
     describe,
     fall_back,
@@ -134,15 +141,21 @@ def _nothing_kept(query: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return query.new_empty(0), query.new_empty(0), query.new_empty(0)
 
 
-def _forward(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None,
-             dropout_p: float, is_causal: bool, scale: float | None, kernel: str,
-             need_lse: bool) -> sdpa_entries.Saved:  # fmt: skip
-    """(output, log-sum-exp, seed, offset) of a resolved kernel; the last three are empty for
-    math and PyTorch's own choice, whose backward recomputes."""
-    if kernel in sdpa_entries.ENTRY_KERNELS:
-        return sdpa_entries.forward(
-            kernel, query, key, value, attn_mask, dropout_p, is_causal, scale, need_lse
-        )
+def _choose(record: bool, kernel: str, mode: str, query: Tensor, key: Tensor, value: Tensor,
+            attn_mask: Tensor | None, dropout_p: float, is_causal: bool, scale: float | None,
+            needs_grad: bool) -> str:  # fmt: skip
+    """The native op kernels' question: which kernel runs this call (recorded when the
+    forward asks; the backward asks again without recording)."""
+    decide = _resolve if record else _served_by
+    return decide(kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale,
+                  needs_grad)  # fmt: skip
+
+
+def _forward_other(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None,
+                   dropout_p: float, is_causal: bool, scale: float | None, kernel: str,
+                   need_lse: bool) -> sdpa_entries.Saved:  # fmt: skip
+    """The op's results for a kernel with no ATen entry point (math, PyTorch's own choice):
+    the output, and empty tensors for what the backward would need, which recomputes."""
     if kernel == "math":
         out = sdpa_entries.math_attention(query, key, value, attn_mask, dropout_p, is_causal,
                                           scale)  # fmt: skip
@@ -153,15 +166,12 @@ def _forward(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None
     return (out.contiguous(), *_nothing_kept(query))
 
 
-def _backward_of(grad: Tensor, query: Tensor, key: Tensor, value: Tensor,
-                 saved: sdpa_entries.Saved, attn_mask: Tensor | None, dropout_p: float,
-                 is_causal: bool, scale: float | None,
-                 kernel: str) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
-    if kernel in sdpa_entries.ENTRY_KERNELS:
-        return sdpa_entries.backward(
-            kernel, grad, query, key, value, saved, attn_mask, dropout_p, is_causal, scale
-        )
-    # math / PyTorch's choice: recompute under autograd (as activation checkpointing does).
+def _backward_other(grad: Tensor, query: Tensor, key: Tensor, value: Tensor,
+                    saved: sdpa_entries.Saved, attn_mask: Tensor | None, dropout_p: float,
+                    is_causal: bool, scale: float | None,
+                    kernel: str) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """The backward op for math / PyTorch's choice: the forward recomputed under autograd (as
+    activation checkpointing does)."""
     inputs = [tensor.detach().requires_grad_() for tensor in (query, key, value)]
     with autograd_inside_kernel():
         q, k, v = inputs
@@ -179,17 +189,11 @@ def _backward_of(grad: Tensor, query: Tensor, key: Tensor, value: Tensor,
     return dq, dk, dv
 
 
+native.set_attention_hooks(_choose, _forward_other, _backward_other)
+
+
 # ---------------------------------------------------------------------------------------
-# The custom ops (torch.compile, tracing, subclasses) and the eager autograd.Function.
-
-
-def _fused_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None,
-                     dropout_p: float, is_causal: bool, scale: float | None, kernel: str,
-                     mode: str, need_lse: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
-    # The op may be called with a kernel that cannot serve the call: resolve it here.
-    chosen = _resolve(kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale,
-                      need_lse)  # fmt: skip
-    return _forward(query, key, value, attn_mask, dropout_p, is_causal, scale, chosen, need_lse)
+# The ops' fake kernels (torch.compile, tracing), and the eager fast path.
 
 
 def _fused_attention_fake(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None,
@@ -197,24 +201,12 @@ def _fused_attention_fake(query: Tensor, key: Tensor, value: Tensor, attn_mask: 
                           mode: str, need_lse: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
     chosen = _served_by(kernel, mode, query, key, value, attn_mask, dropout_p, is_causal,
                         scale, need_lse)  # fmt: skip
-    if chosen in sdpa_entries.ENTRY_KERNELS:  # the entry points' own meta kernels
+    if chosen in sdpa_entries.ENTRY_CODES:  # the entry points' own meta kernels
         return sdpa_entries.forward(
             chosen, query, key, value, attn_mask, dropout_p, is_causal, scale, need_lse
         )
     out = query.new_empty((*query.shape[:-1], value.shape[-1]))
     return (out, *_nothing_kept(query))
-
-
-def _fused_attention_backward(grad: Tensor, query: Tensor, key: Tensor, value: Tensor,
-                              out: Tensor, lse: Tensor, seed: Tensor, offset: Tensor,
-                              attn_mask: Tensor | None, dropout_p: float, is_causal: bool,
-                              scale: float | None, kernel: str,
-                              mode: str) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
-    # The forward's choice (a fallback was recorded there): the same answer, asked again.
-    chosen = _served_by(kernel, mode, query, key, value, attn_mask, dropout_p, is_causal,
-                        scale, True)  # fmt: skip
-    return _backward_of(grad, query, key, value, (out, lse, seed, offset), attn_mask,
-                        dropout_p, is_causal, scale, chosen)  # fmt: skip
 
 
 def _fused_attention_backward_fake(grad: Tensor, query: Tensor, key: Tensor, value: Tensor,
@@ -224,39 +216,17 @@ def _fused_attention_backward_fake(grad: Tensor, query: Tensor, key: Tensor, val
                                    mode: str) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     chosen = _served_by(kernel, mode, query, key, value, attn_mask, dropout_p, is_causal,
                         scale, True)  # fmt: skip
-    if chosen in sdpa_entries.ENTRY_KERNELS:
+    if chosen in sdpa_entries.ENTRY_CODES:
         return sdpa_entries.backward(chosen, grad, query, key, value, (out, lse, seed, offset),
                                      attn_mask, dropout_p, is_causal, scale)  # fmt: skip
     return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
 
 
-def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
-    query, key, value, attn_mask, dropout_p, is_causal, scale, kernel, mode, _ = inputs
-    ctx.save_for_backward(query, key, value, attn_mask, *output)
-    ctx.call = (dropout_p, is_causal, scale, kernel, mode)
-    ctx.mark_non_differentiable(*output[1:])
-
-
-def _backward(ctx: Any, grad: Tensor, *_: Tensor) -> tuple[Tensor | None, ...]:
-    query, key, value, attn_mask, out, lse, seed, offset = ctx.saved_tensors
-    dropout_p, is_causal, scale, kernel, mode = ctx.call
-    dq, dk, dv = torch.ops.xpuruntime.fused_attention_backward(
-        grad, query, key, value, out, lse, seed, offset, attn_mask, dropout_p, is_causal,
-        scale, kernel, mode,
-    )  # fmt: skip
-    return dq, dk, dv, None, None, None, None, None, None, None
-
-
-if HAS_CUSTOM_OP:
-    _forward_op = torch.library.custom_op(
-        "xpuruntime::fused_attention", _fused_attention, mutates_args=()
+if HAS_CUSTOM_OP:  # register_fake came with custom_op (PyTorch 2.4)
+    torch.library.register_fake("xpuruntime::fused_attention")(_fused_attention_fake)
+    torch.library.register_fake("xpuruntime::fused_attention_backward")(
+        _fused_attention_backward_fake
     )
-    _forward_op.register_fake(_fused_attention_fake)
-    _forward_op.register_autograd(_backward, setup_context=_setup_context)
-    _backward_op = torch.library.custom_op(
-        "xpuruntime::fused_attention_backward", _fused_attention_backward, mutates_args=()
-    )
-    _backward_op.register_fake(_fused_attention_backward_fake)
 
 
 def fused_attention(
@@ -296,8 +266,17 @@ def fused_attention(
     kernel, mode = attention_kernel(
         kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale
     )
-    eager = not HAS_CUSTOM_OP or plain_eager(query, key, value, attn_mask)
-    if not eager and not (dropout_p > 0.0 and needs_grad):
+    eager = plain_eager(query, key, value, attn_mask)
+    if eager:
+        # Decided and recorded before under this record: one lookup and the call, in C++.
+        record = policy.current_record()
+        out: Tensor | None = native.attention_cached(
+            record, kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale,
+            needs_grad,
+        )  # fmt: skip
+        if out is not None:
+            return out
+    elif not (dropout_p > 0.0 and needs_grad):
         # Compiling or tracing: the op resolves the kernel itself, opaque to the tracer.
         return torch.ops.xpuruntime.fused_attention(  # type: ignore[no-any-return]
             query, key, value, attn_mask, float(dropout_p), is_causal, scale, kernel, mode,
@@ -305,17 +284,20 @@ def fused_attention(
         )[0]  # fmt: skip
     chosen = _resolve(kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale,
                       needs_grad)  # fmt: skip
-    if chosen in sdpa_entries.ENTRY_KERNELS:
+    code = sdpa_entries.ENTRY_CODES.get(chosen)
+    if code is not None:
         if not eager:  # training with dropout, traced: the op keeps the RNG state
             return torch.ops.xpuruntime.fused_attention(  # type: ignore[no-any-return]
                 query, key, value, attn_mask, float(dropout_p), is_causal, scale, chosen,
                 mode, needs_grad,
             )[0]  # fmt: skip
         # The entry points are differentiable ATen ops: PyTorch's autograd runs the backend's
-        # own backward (in C++, as under SDPA) on what the forward kept.
-        return sdpa_entries.output(
-            chosen, query, key, value, attn_mask, dropout_p, is_causal, scale, needs_grad
-        )
+        # own backward (in C++, as under SDPA) on what the forward kept. Only a call its own
+        # backend serves is remembered: a refusal goes through the fallback rule every time.
+        return native.attention_decided(  # type: ignore[no-any-return]
+            record, kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale,
+            needs_grad, code,
+        )  # fmt: skip
     # math / PyTorch's choice, differentiated by PyTorch's own autograd (which keeps the
     # dropout RNG state a recomputation would lose).
     if chosen == "math":
