@@ -94,11 +94,16 @@ std::optional<double> true_scale(const Tensor& q, std::optional<double> scale) {
 }
 
 // What a backend keeps none of (an undefined result): an empty tensor, a distinct one per
-// result (an op's outputs may not alias one another).
-Saved kept(const Tensor& q, Tensor out, Tensor lse, Tensor seed, Tensor offset) {
+// result (an op's outputs may not alias one another). Without dropout the RNG state is
+// unused by every backward, and the entry points return it uninitialised, on a device that
+// differs between their meta and CUDA kernels (flash: the CPU in one, the GPU in the other):
+// the op returns none then, so its fake and real results agree.
+Saved kept(const Tensor& q, double dropout_p, Tensor out, Tensor lse, Tensor seed,
+           Tensor offset) {
   const auto empty = [&](const Tensor& t, at::ScalarType type) {
     return t.defined() ? t : q.new_empty({0}, q.options().dtype(type));
   };
+  if (dropout_p == 0.0) seed = offset = Tensor();
   return {std::move(out), empty(lse, at::kFloat), empty(seed, at::kLong), empty(offset, at::kLong)};
 }
 
@@ -115,26 +120,26 @@ Saved entry_forward(int64_t code, const Tensor& q, const Tensor& k, const Tensor
       auto r = at::_scaled_dot_product_flash_attention(pad_to(q, 8), pad_to(k, 8), pad_to(v, 8),
                                                        dropout_p, is_causal, false,
                                                        true_scale(q, scale));
-      return kept(q, std::get<0>(r).narrow_symint(-1, 0, head), std::get<1>(r), std::get<6>(r),
-                  std::get<7>(r));
+      return kept(q, dropout_p, std::get<0>(r).narrow_symint(-1, 0, head), std::get<1>(r),
+                  std::get<6>(r), std::get<7>(r));
     }
     auto r = at::_scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, false, scale);
-    return kept(q, std::get<0>(r), std::get<1>(r), std::get<6>(r), std::get<7>(r));
+    return kept(q, dropout_p, std::get<0>(r), std::get<1>(r), std::get<6>(r), std::get<7>(r));
   }
   if (code == kFlash) {
     auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(
         q, k, v, dropout_p, is_causal, additive_mask(mask, q, k, 1, false), scale);
-    return kept(q, out, lse, Tensor(), Tensor());
+    return kept(q, dropout_p, out, lse, Tensor(), Tensor());
   }
   if (code == kEfficient) {
     auto [out, lse, seed, offset] = at::_scaled_dot_product_efficient_attention(
         q, k, v, additive_mask(mask, q, k, 16, true), need_lse, dropout_p, is_causal, scale);
-    return kept(q, out, lse, seed, offset);
+    return kept(q, dropout_p, out, lse, seed, offset);
   }
   TORCH_CHECK_VALUE(code == kCudnn, "fused_attention: no ATen entry point for code ", code);
   auto r = at::_scaled_dot_product_cudnn_attention(q, k, v, additive_mask(mask, q, k, 1, true),
                                                    need_lse, dropout_p, is_causal, false, scale);
-  return kept(q, std::get<0>(r), std::get<1>(r), std::get<6>(r), std::get<7>(r));
+  return kept(q, dropout_p, std::get<0>(r), std::get<1>(r), std::get<6>(r), std::get<7>(r));
 }
 
 // (dq, dk, dv) from the backend's own backward, given what its forward kept.
