@@ -8,10 +8,11 @@
 //
 // The kernel choice stays in Python (ops/attention.py): whether a backend can serve a call is
 // PyTorch's own check (torch.backends.cuda.can_use_*), asked once per call signature, and the
-// decision record and the fallback rule live there. So the eager entry points take a backend
+// decision record and the fallback rule live there. So the eager entry points take what
 // that layer resolved: attention_decided on the first call of its kind, which it remembers
-// per (policy record, request, signature), attention_cached on the calls after it (one
-// lookup here, the signature read from the tensors in C++). The dispatcher's kernels, which
+// per (policy state, call signature), attention_fast on the calls after it (the checks that
+// nothing intercepts the call, whether it needs grad, and one lookup, all here: no Python
+// runs between the user's call and the entry point). The dispatcher's kernels, which
 // see only the requested (kernel, mode), ask the policy layer's hook, and hand the kernels
 // that are not an entry point (math, PyTorch's own choice) back to it. The fake kernels are
 // Python's too (torch.library.register_fake): the results' layouts depend on the device,
@@ -24,14 +25,19 @@
 // node calls xpuruntime::fused_attention_backward, which the tracer sees.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <deque>
 #include <limits>
 #include <optional>
 #include <string>
@@ -316,9 +322,11 @@ Saved attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v, cons
 
 // --- The eager entry points ---------------------------------------------------------------------
 
-// The eager path's choices: (request, call signature) -> the entry point that serves it, for
-// the policy record in effect (a new record, a new policy or scope, starts afresh, so that
-// its first call decides and records). Read and written with the GIL held.
+// The eager path's choices: call signature -> what serves it, for the policy state in effect
+// (the Python layer's State object: a new policy or scope starts afresh, so that its first
+// call decides and records). The request (kernel, mode) is not part of the signature: the
+// state and the signature determine it (the policy's entry, the lockfile's answer for the
+// signature, a refusal's fallback). Read and written with the GIL held.
 struct SignatureHash {
   size_t operator()(const std::vector<int64_t>& key) const {
     size_t h = key.size();
@@ -329,8 +337,10 @@ struct SignatureHash {
   }
 };
 std::unordered_map<std::vector<int64_t>, int64_t, SignatureHash>* choices = nullptr;
-py::object* choices_record = nullptr;
-std::deque<std::string>* requests = nullptr;  // the (kernel, mode) strings seen, numbered
+py::object* choices_state = nullptr;
+
+// PyTorch's own SDPA selection (no policy entry): served by at::scaled_dot_product_attention.
+constexpr int64_t kSdpa = -2;
 
 void add_meta(std::vector<int64_t>& key, const Tensor& t) {
   key.push_back(t.dim());
@@ -341,28 +351,27 @@ void add_meta(std::vector<int64_t>& key, const Tensor& t) {
   key.push_back(t.device().index());
 }
 
-// What the choice depends on (PyTorch's checks read shapes, strides, dtypes, the device, the
-// mask's layout, dropout, causality and the scale); none of it allocates beyond the key.
-std::vector<int64_t> signature(const py::object& record, const std::string& kernel,
-                               const std::string& mode, const Tensor& q, const Tensor& k,
-                               const Tensor& v, const OptTensor& mask, double dropout_p,
-                               bool is_causal, std::optional<double> scale, bool needs_grad) {
+// The choices of `state`, emptied when the state in effect changed.
+std::unordered_map<std::vector<int64_t>, int64_t, SignatureHash>& choices_of(
+    const py::object& state) {
   if (choices == nullptr) {  // live for the process
     choices = new std::unordered_map<std::vector<int64_t>, int64_t, SignatureHash>();
-    choices_record = new py::object();
-    requests = new std::deque<std::string>();
+    choices_state = new py::object();
   }
-  if (!choices_record->is(record)) {
+  if (!choices_state->is(state)) {
     choices->clear();
-    *choices_record = record;
+    *choices_state = state;
   }
+  return *choices;
+}
+
+// What the choice depends on (PyTorch's checks read shapes, strides, dtypes, the device, the
+// mask's layout, dropout, causality and the scale); none of it allocates beyond the key.
+std::vector<int64_t> signature(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const OptTensor& mask, double dropout_p, bool is_causal,
+                               std::optional<double> scale, bool needs_grad) {
   std::vector<int64_t> key;
   key.reserve(48);
-  for (const std::string* text : {&kernel, &mode}) {
-    auto seen = std::find(requests->begin(), requests->end(), *text);
-    if (seen == requests->end()) seen = requests->insert(requests->end(), *text);
-    key.push_back(seen - requests->begin());
-  }
   for (const Tensor* t : {&q, &k, &v}) add_meta(key, *t);
   if (mask && mask->defined()) add_meta(key, *mask);
   int64_t scale_bits = -1;
@@ -371,37 +380,74 @@ std::vector<int64_t> signature(const py::object& record, const std::string& kern
   return key;
 }
 
-// The entry point's output of a plain eager call; its autograd is PyTorch's own.
+// The output of a plain eager call on what serves it; its autograd is PyTorch's own (the
+// entry points and SDPA are differentiable ATen ops).
 Tensor eager_output(int64_t code, const Tensor& q, const Tensor& k, const Tensor& v,
                     const OptTensor& mask, double dropout_p, bool is_causal,
                     std::optional<double> scale, bool need_lse) {
   py::gil_scoped_release no_gil;
+  if (code == kSdpa) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+    return at::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal, scale, false);
+#else
+    return at::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal, scale);
+#endif
+  }
   return std::get<0>(entry_forward(code, q, k, v, mask, dropout_p, is_causal, scale, need_lse));
 }
 
-// A plain eager call whose backend was decided before under this record: its output, or None
-// for a call still to decide.
-py::object attention_cached(const py::object& record, const std::string& kernel,
-                            const std::string& mode, const Tensor& q, const Tensor& k,
-                            const Tensor& v, const OptTensor& mask, double dropout_p,
-                            bool is_causal, std::optional<double> scale, bool needs_grad) {
-  const auto key =
-      signature(record, kernel, mode, q, k, v, mask, dropout_p, is_causal, scale, needs_grad);
-  const auto found = choices->find(key);
-  if (found == choices->end()) return py::none();
-  return py::cast(
-      eager_output(found->second, q, k, v, mask, dropout_p, is_causal, scale, needs_grad));
+// Whether anything intercepts an op call (what torch._C's _len_torch_dispatch_stack,
+// _is_torch_function_mode_enabled, _are_functorch_transforms_active and _get_tracing_state
+// report): fake tensors, functionalisation, torch.func transforms, the JIT tracer. Only a
+// call nothing intercepts may skip PyTorch's dispatcher.
+bool intercepted() {
+  const c10::DispatchKeySet included = c10::impl::tls_local_dispatch_key_set().included_;
+  return c10::impl::TorchDispatchModeTLS::stack_len() > 0 ||
+         at::impl::torch_function_mode_enabled() ||
+         included.has(c10::DispatchKey::FuncTorchDynamicLayerFrontMode) ||
+         included.has(c10::DispatchKey::FuncTorchDynamicLayerBackMode) ||
+         torch::jit::tracer::isTracing();
 }
 
-// The first call of its kind, decided (and recorded) by the policy layer on entry point
-// `code`: remembered, then run.
-Tensor attention_decided(const py::object& record, const std::string& kernel,
-                         const std::string& mode, const Tensor& q, const Tensor& k,
+// A plain tensor (torch.Tensor or a Parameter, no subclass), or None for an absent one.
+bool plain(py::handle object, bool optional) {
+  if (optional && object.is_none()) return true;
+  return THPVariable_CheckExact(object.ptr());
+}
+
+// fused_attention's eager fast path: a call on plain tensors that nothing intercepts, whose
+// kind `state` decided before (attention_decided), runs here with no Python in between; the
+// rest (None) goes through the policy layer.
+py::object attention_fast(const py::object& state, py::handle query, py::handle key,
+                          py::handle value, py::handle attn_mask, double dropout_p,
+                          bool is_causal, std::optional<double> scale, bool enable_gqa) {
+  if (!plain(query, false) || !plain(key, false) || !plain(value, false) ||
+      !plain(attn_mask, true) || intercepted()) {
+    return py::none();
+  }
+  const Tensor& q = THPVariable_Unpack(query.ptr());
+  const Tensor& k = THPVariable_Unpack(key.ptr());
+  const Tensor& v = THPVariable_Unpack(value.ptr());
+  // Grouped key/value heads: the policy layer repeats them (as SDPA's enable_gqa does).
+  if (enable_gqa && (q.dim() < 3 || k.dim() < 3 || k.size(-3) != q.size(-3))) return py::none();
+  const OptTensor mask =
+      attn_mask.is_none() ? std::nullopt : OptTensor(THPVariable_Unpack(attn_mask.ptr()));
+  const bool needs_grad = at::GradMode::is_enabled() &&
+                          (q.requires_grad() || k.requires_grad() || v.requires_grad());
+  auto& known = choices_of(state);
+  const auto found = known.find(signature(q, k, v, mask, dropout_p, is_causal, scale, needs_grad));
+  if (found == known.end()) return py::none();
+  return py::cast(eager_output(found->second, q, k, v, mask, dropout_p, is_causal, scale,
+                               needs_grad));
+}
+
+// The first call of its kind, decided (and recorded) by the policy layer under `state`: what
+// serves it (`code`: an entry point, or kSdpa) remembered, then run.
+Tensor attention_decided(const py::object& state, const Tensor& q, const Tensor& k,
                          const Tensor& v, const OptTensor& mask, double dropout_p,
                          bool is_causal, std::optional<double> scale, bool needs_grad,
                          int64_t code) {
-  (*choices)[signature(record, kernel, mode, q, k, v, mask, dropout_p, is_causal, scale,
-                       needs_grad)] = code;
+  choices_of(state)[signature(q, k, v, mask, dropout_p, is_causal, scale, needs_grad)] = code;
   return eager_output(code, q, k, v, mask, dropout_p, is_causal, scale, needs_grad);
 }
 
@@ -436,6 +482,7 @@ void bind_attention_ops(py::module_& module) {
   module.attr("ATTENTION_FLASH") = static_cast<int64_t>(kFlash);
   module.attr("ATTENTION_EFFICIENT") = static_cast<int64_t>(kEfficient);
   module.attr("ATTENTION_CUDNN") = static_cast<int64_t>(kCudnn);
+  module.attr("ATTENTION_SDPA") = kSdpa;
   module.def(
       "set_attention_hooks",
       [](py::object choose_fn, py::object forward_other, py::object backward_other) {
@@ -445,11 +492,12 @@ void bind_attention_ops(py::module_& module) {
       "The policy layer's choose(record, kernel, mode, query, key, value, attn_mask, "
       "dropout_p, is_causal, scale, needs_grad) -> kernel, and the forward and backward of "
       "the kernels that are not an ATen entry point.");
-  module.def("attention_cached", &attention_cached,
-             "Eager fused_attention decided before under this record: the output, else None.");
+  module.def("attention_fast", &attention_fast,
+             "Eager fused_attention on plain tensors decided before under this policy state: "
+             "the output, else None.");
   module.def("attention_decided", &attention_decided,
-             "Eager fused_attention on the entry point the policy layer just decided: "
-             "remembered for this record, then run.");
+             "Eager fused_attention on what the policy layer just decided (an entry point or "
+             "ATTENTION_SDPA): remembered for this policy state, then run.");
   module.def("attention_forward", &entry_forward,
              "(output, lse, seed, offset) from a backend's entry point.");
   module.def("attention_backward", &entry_backward,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import xpuruntime.pytorch as xrt_torch
 from xpuruntime.policies import ExecutionPolicy
@@ -94,3 +95,55 @@ def test_replayed_lock_runs_the_native_entry_and_records_once(tmp_path: Path) ->
     (ours,) = torch.autograd.grad(outputs[-1].sum(), q)
     (theirs,) = torch.autograd.grad(expected.sum(), q)
     torch.testing.assert_close(ours, theirs)
+
+
+def test_eager_calls_under_no_attention_entry_run_sdpa_from_cpp_and_record_once() -> None:
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 16, 32, requires_grad=True)
+    with xrt_torch.kernel_policy(exec_policy=ExecutionPolicy()) as record:
+        outputs = [fused_attention(q, q, q, is_causal=True) for _ in range(3)]
+    decisions = [(d.kernel, d.mode) for d in record.decisions if d.op == "attention"]
+    assert decisions == [("auto", "auto")]
+    expected = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    # SDPA's own selection, with its own autograd node.
+    assert type(outputs[-1].grad_fn) is type(expected.grad_fn)
+    torch.testing.assert_close(outputs[-1], expected)
+    (ours,) = torch.autograd.grad(outputs[-1].sum(), q)
+    (theirs,) = torch.autograd.grad(expected.sum(), q)
+    torch.testing.assert_close(ours, theirs)
+
+
+class _Seen(TorchDispatchMode):
+    """Names the ops that reach the dispatcher's Python key."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+class _Subclass(torch.Tensor):
+    pass
+
+
+def test_eager_fast_path_yields_to_what_intercepts_the_call() -> None:
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 16, 32)
+    replay = ExecutionPolicy()
+    with xrt_torch.kernel_policy(exec_policy=replay):
+        expected = fused_attention(q, q, q)  # decided: later plain calls take the fast path
+        with _Seen() as seen:
+            out = fused_attention(q, q, q)
+        # A dispatch mode sees the op itself, not the kernel it resolves to.
+        assert seen.ops[0].startswith("xpuruntime.fused_attention")
+        torch.testing.assert_close(out, expected)
+        sub = q.as_subclass(_Subclass)
+        with _Seen() as seen:
+            out = fused_attention(sub, sub, sub)
+        assert seen.ops[0].startswith("xpuruntime.fused_attention")
+        torch.testing.assert_close(out.as_subclass(torch.Tensor), expected)
+        batched = torch.func.vmap(lambda t: fused_attention(t, t, t))(q.unsqueeze(0))
+        torch.testing.assert_close(batched[0], expected)

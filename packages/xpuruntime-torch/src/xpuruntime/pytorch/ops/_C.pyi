@@ -40,6 +40,7 @@ def linear_forward(
 ATTENTION_FLASH: int
 ATTENTION_EFFICIENT: int
 ATTENTION_CUDNN: int
+ATTENTION_SDPA: int
 
 def set_attention_hooks(
     choose: Callable[..., str],
@@ -75,24 +76,20 @@ def attention_backward(
     scale: float | None,
     /,
 ) -> tuple[Tensor, Tensor, Tensor]: ...
-def attention_cached(
-    record: object,
-    kernel: str,
-    mode: str,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None,
+def attention_fast(
+    state: object,
+    query: object,
+    key: object,
+    value: object,
+    attn_mask: object,
     dropout_p: float,
     is_causal: bool,
     scale: float | None,
-    needs_grad: bool,
+    enable_gqa: bool,
     /,
 ) -> Tensor | None: ...
 def attention_decided(
-    record: object,
-    kernel: str,
-    mode: str,
+    state: object,
     q: Tensor,
     k: Tensor,
     v: Tensor,

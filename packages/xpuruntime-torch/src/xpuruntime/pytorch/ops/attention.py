@@ -18,9 +18,11 @@ node are C++ (``csrc/attention_ops.cpp``), as are the entry-point calls. What st
 the policy surface: the kernel choice, made and recorded on the first call of its kind under
 the policy in effect (PyTorch's own eligibility check, once per call signature), the
 fallback rule, and the kernels that are not an entry point (math and PyTorch's own choice,
-which the native kernels hand back to this module). A plain eager call on a backend with an
-entry point is then one dict lookup and one call into C++, differentiated by PyTorch's own
-autograd (the backend's own backward, as under SDPA). Compiled and traced calls go through
+which the native kernels hand back to this module). A plain eager call served by an entry
+point or by PyTorch's own selection is then one call into C++ (``attention_fast``: whether
+anything intercepts the call, whether it needs grad, the lookup of its signature under the
+policy state in effect, and the kernel), differentiated by PyTorch's own autograd (the
+backend's own backward, as under SDPA). Compiled and traced calls go through
 the op, which resolves the kernel itself (opaque to the tracer) and returns the output with
 what the backward needs (log-sum-exp and the dropout RNG state; empty where the kernel keeps
 none, and then its backward op recomputes the forward under autograd). The fake kernels are
@@ -35,7 +37,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from xpuruntime.pytorch import policy
-from xpuruntime.pytorch._compat import HAS_CUSTOM_OP, autograd_inside_kernel, restrict_sdpa
+from xpuruntime.pytorch._compat import (
+    HAS_CUSTOM_OP,
+    autograd_inside_kernel,
+    is_compiling,
+    restrict_sdpa,
+)
+from xpuruntime.pytorch._state import current
 from xpuruntime.pytorch.lock import attention_kernel
 from xpuruntime.pytorch.mapping import ATTENTION_BACKENDS
 from xpuruntime.pytorch.ops import sdpa_entries, xrt_attention
@@ -247,6 +255,14 @@ def fused_attention(
     policy names none. ``scale`` defaults to ``1/sqrt(head_dim)``. With ``enable_gqa`` key and
     value may have fewer heads than the query (a divisor of them), as in SDPA.
     """
+    if not is_compiling():
+        # Decided before under the policy in effect: the checks, the lookup and the call, in
+        # C++ (None: a call to decide, or one something intercepts).
+        out: Tensor | None = native.attention_fast(
+            current(), query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
+        )  # fmt: skip
+        if out is not None:
+            return out
     kernel, mode = requested_kernel("attention")
     needs_grad = torch.is_grad_enabled() and (
         query.requires_grad or key.requires_grad or value.requires_grad
@@ -267,16 +283,7 @@ def fused_attention(
         kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale
     )
     eager = plain_eager(query, key, value, attn_mask)
-    if eager:
-        # Decided and recorded before under this record: one lookup and the call, in C++.
-        record = policy.current_record()
-        out: Tensor | None = native.attention_cached(
-            record, kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale,
-            needs_grad,
-        )  # fmt: skip
-        if out is not None:
-            return out
-    elif not (dropout_p > 0.0 and needs_grad):
+    if not eager and not (dropout_p > 0.0 and needs_grad):
         # Compiling or tracing: the op resolves the kernel itself, opaque to the tracer.
         return torch.ops.xpuruntime.fused_attention(  # type: ignore[no-any-return]
             query, key, value, attn_mask, float(dropout_p), is_causal, scale, kernel, mode,
@@ -295,11 +302,17 @@ def fused_attention(
         # own backward (in C++, as under SDPA) on what the forward kept. Only a call its own
         # backend serves is remembered: a refusal goes through the fallback rule every time.
         return native.attention_decided(  # type: ignore[no-any-return]
-            record, kernel, mode, query, key, value, attn_mask, dropout_p, is_causal, scale,
-            needs_grad, code,
+            current(), query, key, value, attn_mask, dropout_p, is_causal, scale, needs_grad,
+            code,
         )  # fmt: skip
-    # math / PyTorch's choice, differentiated by PyTorch's own autograd (which keeps the
-    # dropout RNG state a recomputation would lose).
+    if chosen == "auto" and eager:
+        # PyTorch's own selection (SDPA, as F.scaled_dot_product_attention calls it).
+        return native.attention_decided(  # type: ignore[no-any-return]
+            current(), query, key, value, attn_mask, dropout_p, is_causal, scale, needs_grad,
+            native.ATTENTION_SDPA,
+        )  # fmt: skip
+    # math / a fallback to PyTorch's choice, differentiated by PyTorch's own autograd (which
+    # keeps the dropout RNG state a recomputation would lose).
     if chosen == "math":
         return sdpa_entries.math_attention(
             query, key, value, attn_mask, dropout_p, is_causal, scale
