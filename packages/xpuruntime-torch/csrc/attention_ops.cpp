@@ -29,6 +29,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/utils/pybind.h>
@@ -409,37 +410,67 @@ bool intercepted() {
          torch::jit::tracer::isTracing();
 }
 
-// A plain tensor (torch.Tensor or a Parameter, no subclass), or None for an absent one.
-bool plain(py::handle object, bool optional) {
-  if (optional && object.is_none()) return true;
-  return THPVariable_CheckExact(object.ptr());
+// The value of a Python number argument (float or int), or an error set.
+bool number(PyObject* object, double& value) {
+  value = PyFloat_AsDouble(object);
+  return !(value == -1.0 && PyErr_Occurred());
 }
 
-// fused_attention's eager fast path: a call on plain tensors that nothing intercepts, whose
-// kind `state` decided before (attention_decided), runs here with no Python in between; the
-// rest (None) goes through the policy layer.
-py::object attention_fast(const py::object& state, py::handle query, py::handle key,
-                          py::handle value, py::handle attn_mask, double dropout_p,
-                          bool is_causal, std::optional<double> scale, bool enable_gqa) {
-  if (!plain(query, false) || !plain(key, false) || !plain(value, false) ||
-      !plain(attn_mask, true) || intercepted()) {
-    return py::none();
+// fused_attention's eager fast path, attention_fast(state, query, key, value, attn_mask,
+// dropout_p, is_causal, scale, enable_gqa): a call on plain tensors that nothing intercepts,
+// whose kind `state` decided before (attention_decided), runs here with no Python in between;
+// the rest (None) goes through the policy layer. A CPython vectorcall function rather than a
+// pybind11 one: argument conversion is most of what this path costs beyond the kernel's own
+// launch, and here it is a few pointer checks.
+PyObject* attention_fast(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 9) {
+    PyErr_SetString(PyExc_TypeError, "attention_fast takes 9 positional arguments");
+    return nullptr;
   }
-  const Tensor& q = THPVariable_Unpack(query.ptr());
-  const Tensor& k = THPVariable_Unpack(key.ptr());
-  const Tensor& v = THPVariable_Unpack(value.ptr());
+  PyObject* const query = args[1];
+  PyObject* const key = args[2];
+  PyObject* const value = args[3];
+  PyObject* const attn_mask = args[4];
+  const bool masked = attn_mask != Py_None;
+  if (!THPVariable_CheckExact(query) || !THPVariable_CheckExact(key) ||
+      !THPVariable_CheckExact(value) || (masked && !THPVariable_CheckExact(attn_mask)) ||
+      intercepted()) {
+    Py_RETURN_NONE;
+  }
+  double dropout_p = 0.0;
+  if (!number(args[5], dropout_p)) return nullptr;
+  const int is_causal = PyObject_IsTrue(args[6]);
+  const int enable_gqa = PyObject_IsTrue(args[8]);
+  if (is_causal < 0 || enable_gqa < 0) return nullptr;
+  std::optional<double> scale;
+  if (args[7] != Py_None) {
+    double given = 0.0;
+    if (!number(args[7], given)) return nullptr;
+    scale = given;
+  }
+  const Tensor& q = THPVariable_Unpack(query);
+  const Tensor& k = THPVariable_Unpack(key);
+  const Tensor& v = THPVariable_Unpack(value);
   // Grouped key/value heads: the policy layer repeats them (as SDPA's enable_gqa does).
-  if (enable_gqa && (q.dim() < 3 || k.dim() < 3 || k.size(-3) != q.size(-3))) return py::none();
-  const OptTensor mask =
-      attn_mask.is_none() ? std::nullopt : OptTensor(THPVariable_Unpack(attn_mask.ptr()));
+  if (enable_gqa && (q.dim() < 3 || k.dim() < 3 || k.size(-3) != q.size(-3))) Py_RETURN_NONE;
+  const OptTensor mask = masked ? OptTensor(THPVariable_Unpack(attn_mask)) : std::nullopt;
   const bool needs_grad = at::GradMode::is_enabled() &&
                           (q.requires_grad() || k.requires_grad() || v.requires_grad());
-  auto& known = choices_of(state);
-  const auto found = known.find(signature(q, k, v, mask, dropout_p, is_causal, scale, needs_grad));
-  if (found == known.end()) return py::none();
-  return py::cast(eager_output(found->second, q, k, v, mask, dropout_p, is_causal, scale,
-                               needs_grad));
+  auto& known = choices_of(py::reinterpret_borrow<py::object>(args[0]));
+  const auto found =
+      known.find(signature(q, k, v, mask, dropout_p, is_causal != 0, scale, needs_grad));
+  if (found == known.end()) Py_RETURN_NONE;
+  return THPVariable_Wrap(eager_output(found->second, q, k, v, mask, dropout_p, is_causal != 0,
+                                       scale, needs_grad));
+  END_HANDLE_TH_ERRORS
 }
+
+PyMethodDef attention_fast_def = {
+    "attention_fast", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&attention_fast)),
+    METH_FASTCALL,
+    "Eager fused_attention on plain tensors decided before under this policy state: the "
+    "output, else None."};
 
 // The first call of its kind, decided (and recorded) by the policy layer under `state`: what
 // serves it (`code`: an entry point, or kSdpa) remembered, then run.
@@ -492,9 +523,8 @@ void bind_attention_ops(py::module_& module) {
       "The policy layer's choose(record, kernel, mode, query, key, value, attn_mask, "
       "dropout_p, is_causal, scale, needs_grad) -> kernel, and the forward and backward of "
       "the kernels that are not an ATen entry point.");
-  module.def("attention_fast", &attention_fast,
-             "Eager fused_attention on plain tensors decided before under this policy state: "
-             "the output, else None.");
+  module.add_object("attention_fast", py::reinterpret_steal<py::object>(PyCFunction_NewEx(
+                                          &attention_fast_def, nullptr, module.attr("__name__").ptr())));
   module.def("attention_decided", &attention_decided,
              "Eager fused_attention on what the policy layer just decided (an entry point or "
              "ATTENTION_SDPA): remembered for this policy state, then run.");
