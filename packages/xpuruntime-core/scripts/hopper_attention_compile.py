@@ -1,0 +1,171 @@
+"""Compile the Gluon Hopper attention forward offline (no GPU, no torch) and inspect it.
+
+For every configuration it compiles ``_hopper_kernels._xrt_attn_fwd_hopper`` for sm_90a with
+Triton's own ptxas, then reports what ptxas says (registers, spill stores/loads, stack) and
+counts the instructions that show the design is there: wgmma (``wgmma.mma_async`` in PTX,
+HGMMA in SASS), ``setmaxnreg``, TMA (``cp.async.bulk.tensor``), mbarriers and local-memory
+traffic (``ld.local``/``st.local``: spills). Exits non-zero if a configuration fails to
+compile or spills.
+
+    python3 packages/xpuruntime-core/scripts/hopper_attention_compile.py [--out DIR] [--sass]
+
+Needs only ``triton`` (3.6) and numpy importable: the workspace's sources are put on the
+path, so ``xpuruntime`` need not be installed (nor torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+PACKAGES = Path(__file__).resolve().parents[2]
+
+
+def _layout_repr(row_bytes: int) -> str:
+    swizzle = 128 if row_bytes % 128 == 0 else 64 if row_bytes % 64 == 0 else 32
+    return (
+        f"NVMMASharedLayout(swizzle_byte_width={swizzle}, element_bitwidth=16, "
+        "rank=4, transposed=False, fp4_padded=False, cga_layout=[])"
+    )
+
+
+def compile_one(kernels, dtype: str, head_dim: int, causal: bool, variant, out_dir: Path):  # type: ignore[no-untyped-def]
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    layout = _layout_repr(head_dim * 2)
+    q_sig = f"tensordesc<{dtype}[1, 1, {variant.block_m_wg}, {head_dim}],{layout}>"
+    kv_sig = f"tensordesc<{dtype}[1, 1, {variant.block_n}, {head_dim}],{layout}>"
+    fn = kernels._xrt_attn_fwd_hopper
+    signature = {
+        "q_desc": q_sig,
+        "k_desc": kv_sig,
+        "v_desc": kv_sig,
+        "o_desc": q_sig,
+        "LSE": "*fp32",
+        "seqlen_q": "i32",
+        "seqlen_k": "i32",
+        "num_heads": "i32",
+        "group": "i32",
+        "qk_scale": "fp32",
+    }
+    constexprs = dict(
+        HEAD_DIM=head_dim,
+        BLOCK_M_WG=variant.block_m_wg,
+        BLOCK_N=variant.block_n,
+        NUM_STAGES=variant.num_stages,
+        CAUSAL=causal,
+        PINGPONG=variant.pingpong,
+        CONSUMER_REGS=variant.consumer_regs,
+        PRODUCER_REGS=variant.producer_regs,
+    )
+    for name in constexprs:
+        signature[name] = "constexpr"
+    src = GluonASTSource(fn, signature, constexprs)
+    target = GPUTarget("cuda", 90, 32)
+    compiled = triton.compile(src, target=target, options={"num_warps": 4, "num_stages": 1})
+    ptx = compiled.asm["ptx"]
+    cubin = compiled.asm["cubin"]
+    name = f"{dtype}_hd{head_dim}_{'causal' if causal else 'full'}_{variant.name}"
+    (out_dir / f"{name}.ptx").write_text(ptx)
+    (out_dir / f"{name}.cubin").write_bytes(cubin)
+    return name, ptx, cubin, compiled.metadata
+
+
+def _ptxas_report(ptx_path: Path) -> str:
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    ptxas = get_ptxas(90).path
+    with tempfile.TemporaryDirectory() as tmp:
+        result = subprocess.run(
+            [ptxas, "-v", "--gpu-name=sm_90a", str(ptx_path), "-o", os.path.join(tmp, "k.o")],
+            capture_output=True,
+            text=True,
+        )
+    return result.stderr
+
+
+def _sass(cubin_path: Path) -> str:
+    import triton
+
+    tool = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
+    result = subprocess.run([str(tool), "-sass", str(cubin_path)], capture_output=True, text=True)
+    return result.stdout
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "xrt_hopper_attn"))
+    parser.add_argument("--sass", action="store_true", help="also write the SASS listings")
+    parser.add_argument("--head-dims", default="64,128,256")
+    parser.add_argument("--variants", default="", help="comma-separated variant names")
+    args = parser.parse_args()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for src in PACKAGES.glob("*/src"):
+        sys.path.insert(0, str(src))
+    from xpuruntime.kernels.attention import _hopper_kernels as kernels
+    from xpuruntime.kernels.attention import hopper
+
+    failures = 0
+    for head_dim in (int(h) for h in args.head_dims.split(",")):
+        names = args.variants.split(",") if args.variants else hopper.variant_names(head_dim)
+        for variant_name in names:
+            variant = hopper.parse_variant(variant_name)
+            for dtype in ("bf16", "fp16"):
+                for causal in (False, True):
+                    label = (
+                        f"{dtype} hd{head_dim} {'causal' if causal else 'full  '} {variant.name}"
+                    )
+                    try:
+                        name, ptx, _, meta = compile_one(
+                            kernels, dtype, head_dim, causal, variant, out_dir
+                        )
+                    except Exception as error:  # report and go on to the next configuration
+                        failures += 1
+                        first = str(error).strip().splitlines()
+                        print(f"{label}: COMPILE FAILED: {type(error).__name__}: {first[:1]}")
+                        (out_dir / f"{label.replace(' ', '_')}.err").write_text(str(error))
+                        continue
+                    log = _ptxas_report(out_dir / f"{name}.ptx")
+                    regs = re.findall(r"Used (\d+) registers", log)
+                    spill = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+                    stack = re.findall(r"(\d+) bytes stack frame", log)
+                    counts = {
+                        "wgmma": ptx.count("wgmma.mma_async"),
+                        "setmaxnreg": ptx.count("setmaxnreg"),
+                        "tma": ptx.count("cp.async.bulk.tensor"),
+                        "local": len(re.findall(r"\b(?:ld|st)\.local", ptx)),
+                    }
+                    sass_note = ""
+                    if args.sass:
+                        sass = _sass(out_dir / f"{name}.cubin")
+                        (out_dir / f"{name}.sass").write_text(sass)
+                        sass_note = (
+                            f" HGMMA={sass.count('HGMMA')} LDL={sass.count('LDL')}"
+                            f" STL={sass.count('STL')} SETMAXREG={sass.count('SETMAXREG')}"
+                        )
+                    warn = (
+                        " WARN:"
+                        + "; ".join(line.strip() for line in log.splitlines() if "arning" in line)
+                        if "arning" in log
+                        else ""
+                    )
+                    spilled = spill and any(int(a) or int(b) for a, b in spill)
+                    failures += bool(spilled)
+                    print(
+                        f"{label}: regs={','.join(regs)} spill(st,ld)={spill} stack={stack} "
+                        f"smem={meta.shared} {counts}{sass_note}{warn}"
+                    )
+    print(f"outputs in {out_dir}; {failures} failing configuration(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,323 @@
+"""The Hopper (sm_90a) forward of ``xrt_flash``, written in Gluon: FlashAttention-3's design.
+
+Triton's ``tl.dot`` kernels (:mod:`._kernels`) leave the schedule to the compiler; this one
+spells it out in Gluon (``triton.experimental.gluon``, Triton 3.6), so it runs only on Hopper:
+
+- **Warp specialisation.** One CTA = a producer warp and two consumer warpgroups. The producer
+  (24 registers after ``setmaxnreg``) issues TMA loads of the two query tiles and of every key
+  and value tile into a ``NUM_STAGES``-deep shared-memory ring; each ring slot has a *ready*
+  mbarrier (the copy engine completes it when the bytes land) and an *empty* one (both
+  consumers arrive after their wgmma has read the slot). The consumers get the registers
+  the producer gives up (240 each).
+- **Two consumers, one query tile each.** Consumer warpgroup ``w`` owns query rows
+  ``start_m + w * BLOCK_M_WG`` to ``+ BLOCK_M_WG``; both stream the same key/value tiles.
+- **Ping-pong.** With ``PINGPONG`` the consumers take turns issuing their GEMMs (two "turn"
+  mbarriers handed back and forth), so one warpgroup's softmax runs while the other's
+  wgmmas own the tensor cores.
+- **Softmax overlapped with the GEMMs inside a warpgroup.** Iteration ``j`` issues S_j = Q K_jᵀ
+  and then O += P_{j-1} V_{j-1} (both async wgmma), waits only for S_j, runs the online softmax
+  of block ``j`` while the P·V wgmma still runs, and waits for it last.
+- **P stays in registers**: converted to bf16/fp16 in the accumulator's register layout, it is
+  the register A operand of the P·V wgmma (no shared-memory round trip).
+
+Addressing: 4-D TMA descriptors over ``(batch, heads, seq, head_dim)`` with the tensors' own
+strides (any layout with a unit-stride head dimension and 16-byte aligned strides), boxes
+``[1, 1, rows, head_dim]``, so each head's sequence ends at its own boundary: the copy engine
+fills rows past it with zeros and clips the output store there.
+Grouped-query attention maps query head ``h`` to key/value head ``h // group``.
+
+Numerics follow :mod:`._kernels` exactly: base-2 softmax (``qk_scale = scale * log2(e)``),
+float32 statistics, causal masking top-left aligned (query ``i`` sees keys ``j <= i``),
+keys past ``seqlen_k`` masked with -inf, and the natural-log log-sum-exp (float32,
+``(batch, heads, seqlen_q)``) that the backward of :mod:`._kernels` reads.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+LN2: gl.constexpr = gl.constexpr(0.6931471805599453)
+
+
+@gluon.jit
+def _box(buf, desc):
+    """A 2-D shared-memory tile seen as the descriptor's [1, 1, rows, head_dim] box (same
+    bytes: leading 1s change neither the addresses nor the swizzle)."""
+    return buf._reinterpret(buf.dtype, desc.block_type.shape, desc.layout)
+
+
+@gluon.jit
+def _release(bar):
+    """Tell the producer that this warpgroup is done with a ring slot. The arrive is issued
+    by one thread, so every warp of the group must first be past its wgmma wait."""
+    gl.thread_barrier()
+    mbarrier.arrive(bar, count=1)
+
+
+@gluon.jit
+def _turn_wait(turn_bars, rnd, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    """Wait until it is this warpgroup's turn to issue GEMMs (round ``rnd``). A fresh
+    mbarrier counts as having completed the phase of parity 1, so warpgroup 0 starts."""
+    if PINGPONG:
+        mbarrier.wait(turn_bars.index(WG), (rnd & 1) ^ (1 - WG))
+
+
+@gluon.jit
+def _turn_pass(turn_bars, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    """Hand the tensor cores to the other warpgroup (its GEMMs queue behind ours)."""
+    if PINGPONG:
+        gl.thread_barrier()  # every warp of the group has issued its wgmmas
+        mbarrier.arrive(turn_bars.index(1 - WG), count=1)
+
+
+@gluon.jit
+def _softmax(
+    s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL: gl.constexpr, MASKED: gl.constexpr
+):
+    """One online-softmax step on a score tile, as ``_kernels._fwd_blocks`` does it:
+    returns P (float32, unnormalised), the rescale factor of the older blocks, and the new
+    running max and sum (base 2)."""
+    if MASKED:
+        keep = gl.expand_dims(cols, 0) < seqlen_k
+        if CAUSAL:
+            keep = keep & (gl.expand_dims(rows, 1) >= gl.expand_dims(cols, 0))
+        qk = gl.where(keep, s * qk_scale, float("-inf"))
+        m_ij = gl.maximum(m_i, gl.max(qk, 1))
+        # A row with no visible key so far keeps m = -inf; subtract 0 instead (no NaN).
+        m_ij = gl.where(m_ij == float("-inf"), 0.0, m_ij)
+        qk = qk - gl.expand_dims(m_ij, 1)
+    else:
+        m_ij = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        qk = s * qk_scale - gl.expand_dims(m_ij, 1)
+    p = gl.exp2(qk)
+    alpha = gl.exp2(m_i - m_ij)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    return p, alpha, m_ij, l_i
+
+
+@gluon.jit
+def _consumer_blocks(
+    lo, hi, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn_bars,
+    acc, p, alpha, m_i, l_i, s_init, rows, offs_n, seqlen_k, qk_scale,
+    WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr, MASKED: gl.constexpr, PINGPONG: gl.constexpr,
+):  # fmt: skip
+    """Key blocks ``lo`` to ``hi`` (``lo >= 1``): S_j = Q K_jᵀ overlapped with O += P_{j-1} V_{j-1}."""
+    row_o: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
+    for j in range(lo, hi):
+        slot = j % NUM_STAGES
+        prev = (j - 1) % NUM_STAGES
+        mbarrier.wait(k_ready.index(slot), (j // NUM_STAGES) & 1)
+        _turn_wait(turn_bars, j, WG, PINGPONG)
+        s_tok = warpgroup_mma(
+            q, k_smem.index(slot).permute((1, 0)), s_init, use_acc=False, is_async=True
+        )
+        # Rescale the older blocks' sum while S_j runs, then queue P_{j-1} V_{j-1} behind it.
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+        mbarrier.wait(v_ready.index(prev), ((j - 1) // NUM_STAGES) & 1)
+        o_tok = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
+        _turn_pass(turn_bars, WG, PINGPONG)
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+        _release(k_empty.index(slot))
+        p_new, alpha, m_i, l_i = _softmax(
+            s, m_i, l_i, rows, j * BLOCK_N + offs_n, seqlen_k, qk_scale, CAUSAL, MASKED
+        )
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
+        _release(v_empty.index(prev))
+        p = gl.convert_layout(p_new.to(p.dtype), p.type.layout)
+    return acc, p, alpha, m_i, l_i
+
+
+@gluon.jit
+def _consumer(
+    q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turn_bars,
+    o_desc, LSE, b, h, bh, start_m, seqlen_q, seqlen_k, n_full, n_blocks, qk_scale,
+    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M_WG: gl.constexpr, BLOCK_N: gl.constexpr,
+    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+):  # fmt: skip
+    """Consumer warpgroup ``WG``: its BLOCK_M_WG query rows against every key block."""
+    dtype: gl.constexpr = q_smem.dtype
+    mma_s: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    mma_o: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
+    # P as the register A operand of P·V: the S accumulator's registers, two 16-bit per 32.
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, mma_s)
+    row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
+
+    row0 = start_m + WG * BLOCK_M_WG
+    rows = row0 + gl.arange(0, BLOCK_M_WG, layout=row_s)
+    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_s))
+    m_i = gl.full([BLOCK_M_WG], float("-inf"), gl.float32, layout=row_s)
+    l_i = gl.zeros([BLOCK_M_WG], gl.float32, layout=row_s)
+    acc = gl.zeros([BLOCK_M_WG, HEAD_DIM], gl.float32, layout=mma_o)
+    s_init = gl.zeros([BLOCK_M_WG, BLOCK_N], gl.float32, layout=mma_s)
+
+    q = q_smem.index(WG)
+    mbarrier.wait(q_bars.index(WG), 0)
+
+    # Key block 0: S_0 and its softmax (masked: it may hold the causal diagonal or the end).
+    mbarrier.wait(k_ready.index(0), 0)
+    _turn_wait(turn_bars, 0, WG, PINGPONG)
+    s_tok = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), s_init, use_acc=False, is_async=True)
+    _turn_pass(turn_bars, WG, PINGPONG)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+    _release(k_empty.index(0))
+    p32, alpha, m_i, l_i = _softmax(s, m_i, l_i, rows, offs_n, seqlen_k, qk_scale, CAUSAL, True)
+    p = gl.convert_layout(p32.to(dtype), p_layout)
+
+    # Blocks every row sees in full (no mask), then the causal diagonal and the sequence end.
+    acc, p, alpha, m_i, l_i = _consumer_blocks(
+        1, n_full, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn_bars,
+        acc, p, alpha, m_i, l_i, s_init, rows, offs_n, seqlen_k, qk_scale,
+        WG, BLOCK_N, NUM_STAGES, CAUSAL, False, PINGPONG,
+    )  # fmt: skip
+    acc, p, alpha, m_i, l_i = _consumer_blocks(
+        gl.maximum(n_full, 1), n_blocks, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
+        turn_bars, acc, p, alpha, m_i, l_i, s_init, rows, offs_n, seqlen_k, qk_scale,
+        WG, BLOCK_N, NUM_STAGES, CAUSAL, True, PINGPONG,
+    )  # fmt: skip
+
+    # The last block's P·V.
+    last = n_blocks - 1
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+    mbarrier.wait(v_ready.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
+    _turn_wait(turn_bars, n_blocks, WG, PINGPONG)
+    o_tok = warpgroup_mma(p, v_smem.index(last % NUM_STAGES), acc, is_async=True)
+    _turn_pass(turn_bars, WG, PINGPONG)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
+    _release(v_empty.index(last % NUM_STAGES))
+
+    # A row that saw no key returns zeros and log-sum-exp -inf (as _kernels does).
+    empty = l_i == 0.0
+    l_safe = gl.where(empty, 1.0, l_i)
+    lse = gl.where(empty, float("-inf"), (m_i + gl.log2(l_safe)) * LN2)
+    gl.store(LSE + bh.to(gl.int64) * seqlen_q + rows, lse, mask=rows < seqlen_q)
+    out = acc * gl.expand_dims(gl.convert_layout(1.0 / l_safe, row_o), 1)
+    # The query tile is free now (its last wgmma completed): stage the output there.
+    q.store(out.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], _box(q, o_desc))
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _producer(
+    q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
+    b, h, kv_h, start_m, n_blocks,
+    BLOCK_M_WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+):  # fmt: skip
+    """The load warp: both query tiles, then key and value tiles through the ring."""
+    for w in gl.static_range(2):
+        mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            q_desc,
+            [b, h, start_m + w * BLOCK_M_WG, 0],
+            q_bars.index(w),
+            _box(q_smem.index(w), q_desc),
+        )
+    for j in range(n_blocks):
+        slot = j % NUM_STAGES
+        phase = (j // NUM_STAGES) & 1
+        # A fresh "empty" barrier counts as completed for parity 1: the first pass is free.
+        mbarrier.wait(k_empty.index(slot), phase ^ 1)
+        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            k_desc, [b, kv_h, j * BLOCK_N, 0], k_ready.index(slot), _box(k_smem.index(slot), k_desc)
+        )
+        mbarrier.wait(v_empty.index(slot), phase ^ 1)
+        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            v_desc, [b, kv_h, j * BLOCK_N, 0], v_ready.index(slot), _box(v_smem.index(slot), v_desc)
+        )
+
+
+@gluon.jit
+def _xrt_attn_fwd_hopper(
+    q_desc, k_desc, v_desc, o_desc, LSE,
+    seqlen_q, seqlen_k, num_heads, group, qk_scale,
+    HEAD_DIM: gl.constexpr, BLOCK_M_WG: gl.constexpr, BLOCK_N: gl.constexpr,
+    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+):  # fmt: skip
+    """One CTA per (2 * BLOCK_M_WG query rows, batch x head); launch with num_warps=4 (the
+    first consumer warpgroup; the second and the producer warp are worker partitions).
+    ``seqlen_k`` must be positive (the launcher handles empty keys)."""
+    BLOCK_M: gl.constexpr = 2 * BLOCK_M_WG
+    dtype: gl.constexpr = q_desc.dtype
+    pid_m = gl.program_id(0)
+    if CAUSAL:
+        pid_m = gl.num_programs(0) - 1 - pid_m  # the longest rows start first
+    bh = gl.program_id(1)
+    b = bh // num_heads
+    h = bh % num_heads
+    kv_h = h // group
+    start_m = pid_m * BLOCK_M
+
+    if CAUSAL:
+        hi = gl.minimum(start_m + BLOCK_M, seqlen_k)
+        n_full = gl.minimum(start_m + 1, seqlen_k) // BLOCK_N
+    else:
+        hi = seqlen_k
+        n_full = seqlen_k // BLOCK_N
+    n_blocks = gl.cdiv(hi, BLOCK_N)
+
+    # 2-D tiles with the descriptors' swizzle: TMA fills them through a 4-D view (``_box``).
+    tile_q: gl.constexpr = gl.NVMMASharedLayout(q_desc.layout.swizzle_byte_width, 16)
+    tile_kv: gl.constexpr = gl.NVMMASharedLayout(k_desc.layout.swizzle_byte_width, 16)
+    q_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M_WG, HEAD_DIM], tile_q)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], tile_kv)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], tile_kv)
+    bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    turn_bars = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    for i in gl.static_range(2):
+        mbarrier.init(q_bars.index(i), count=1)
+        mbarrier.init(turn_bars.index(i), count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)  # one arrive per consumer warpgroup
+        mbarrier.init(v_empty.index(i), count=2)
+
+    # The default partition (this kernel's 4 warps) is consumer 0; the workers are consumer
+    # 1 (4 warps) and the producer (1 warp). The default partition gets the registers the
+    # others leave: 240 for each consumer at the default 240/24. The argument tuples are
+    # written inline: a tuple bound to a name first would wrap its constexprs twice.
+    # fmt: off
+    gl.warp_specialize(
+        [
+            (_consumer, (
+                q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turn_bars,
+                o_desc, LSE, b, h, bh, start_m, seqlen_q, seqlen_k, n_full, n_blocks, qk_scale,
+                0, HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG,
+            )),
+            (_consumer, (
+                q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turn_bars,
+                o_desc, LSE, b, h, bh, start_m, seqlen_q, seqlen_k, n_full, n_blocks, qk_scale,
+                1, HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG,
+            )),
+            (_producer, (
+                q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty,
+                v_ready, v_empty, b, h, kv_h, start_m, n_blocks, BLOCK_M_WG, BLOCK_N, NUM_STAGES,
+            )),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, PRODUCER_REGS],
+    )
+    # fmt: on
