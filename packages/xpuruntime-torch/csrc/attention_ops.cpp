@@ -116,37 +116,47 @@ Saved kept(const Tensor& q, double dropout_p, Tensor out, Tensor lse, Tensor see
 
 // --- Forward and backward ------------------------------------------------------------------
 
-// (output, log-sum-exp, seed, offset) from the entry point, empty where the backend keeps
-// none.
-Saved entry_forward(int64_t code, const Tensor& q, const Tensor& k, const Tensor& v,
-                    const OptTensor& mask, double dropout_p, bool is_causal,
-                    std::optional<double> scale, bool need_lse) {
+// (output, log-sum-exp, seed, offset) as the entry point returns them: undefined (or, for the
+// RNG state without dropout, uninitialised) where the backend keeps none.
+Saved entry_raw(int64_t code, const Tensor& q, const Tensor& k, const Tensor& v,
+                const OptTensor& mask, double dropout_p, bool is_causal,
+                std::optional<double> scale, bool need_lse) {
   if (code == kFlash && q.is_cuda()) {
     const c10::SymInt head = q.sym_size(-1);
     if (head % 8 != 0) {
       auto r = at::_scaled_dot_product_flash_attention(pad_to(q, 8), pad_to(k, 8), pad_to(v, 8),
                                                        dropout_p, is_causal, false,
                                                        true_scale(q, scale));
-      return kept(q, dropout_p, std::get<0>(r).narrow_symint(-1, 0, head), std::get<1>(r),
-                  std::get<6>(r), std::get<7>(r));
+      return {std::get<0>(r).narrow_symint(-1, 0, head), std::get<1>(r), std::get<6>(r),
+              std::get<7>(r)};
     }
     auto r = at::_scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, false, scale);
-    return kept(q, dropout_p, std::get<0>(r), std::get<1>(r), std::get<6>(r), std::get<7>(r));
+    return {std::get<0>(r), std::get<1>(r), std::get<6>(r), std::get<7>(r)};
   }
   if (code == kFlash) {
     auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(
         q, k, v, dropout_p, is_causal, additive_mask(mask, q, k, 1, false), scale);
-    return kept(q, dropout_p, out, lse, Tensor(), Tensor());
+    return {out, lse, Tensor(), Tensor()};
   }
   if (code == kEfficient) {
     auto [out, lse, seed, offset] = at::_scaled_dot_product_efficient_attention(
         q, k, v, additive_mask(mask, q, k, 16, true), need_lse, dropout_p, is_causal, scale);
-    return kept(q, dropout_p, out, lse, seed, offset);
+    return {out, lse, seed, offset};
   }
   TORCH_CHECK_VALUE(code == kCudnn, "fused_attention: no ATen entry point for code ", code);
   auto r = at::_scaled_dot_product_cudnn_attention(q, k, v, additive_mask(mask, q, k, 1, true),
                                                    need_lse, dropout_p, is_causal, false, scale);
-  return kept(q, dropout_p, std::get<0>(r), std::get<1>(r), std::get<6>(r), std::get<7>(r));
+  return {std::get<0>(r), std::get<1>(r), std::get<6>(r), std::get<7>(r)};
+}
+
+// (output, log-sum-exp, seed, offset) from the entry point, empty where the backend keeps
+// none: the op's results.
+Saved entry_forward(int64_t code, const Tensor& q, const Tensor& k, const Tensor& v,
+                    const OptTensor& mask, double dropout_p, bool is_causal,
+                    std::optional<double> scale, bool need_lse) {
+  auto [out, lse, seed, offset] =
+      entry_raw(code, q, k, v, mask, dropout_p, is_causal, scale, need_lse);
+  return kept(q, dropout_p, std::move(out), std::move(lse), std::move(seed), std::move(offset));
 }
 
 // (dq, dk, dv) from the backend's own backward, given what its forward kept.
@@ -394,7 +404,8 @@ Tensor eager_output(int64_t code, const Tensor& q, const Tensor& k, const Tensor
     return at::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal, scale);
 #endif
   }
-  return std::get<0>(entry_forward(code, q, k, v, mask, dropout_p, is_causal, scale, need_lse));
+  // Only the output: the eager path makes none of the op's placeholder tensors.
+  return std::get<0>(entry_raw(code, q, k, v, mask, dropout_p, is_causal, scale, need_lse));
 }
 
 // Whether anything intercepts an op call (what torch._C's _len_torch_dispatch_stack,
