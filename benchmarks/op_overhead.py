@@ -181,8 +181,11 @@ def bench_attention_step(repeats: int = 7) -> dict[str, Any]:
 
     import xpuruntime.ops as core_ops
     import xpuruntime.pytorch as xrt_torch
+    from xpuruntime.policies import KernelPolicy
     from xpuruntime.pytorch import ops
 
+    # The Triton kernels on every GPU (the automatic choice takes xrt_flash_hopper on sm_90).
+    xrt_flash = KernelPolicy(attention="xrt_flash")
     shape = (4, 16, 4096, 128)
     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     grad = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
@@ -195,8 +198,12 @@ def bench_attention_step(repeats: int = 7) -> dict[str, Any]:
             t.grad = None  # what optimizer.zero_grad() does: no accumulation pass
 
     def direct() -> None:
-        out, lse = core_ops.attention(q, k, v, causal=True, layout="bhsd", return_lse=True)
-        core_ops.attention_backward(grad, q, k, v, out, lse, causal=True, layout="bhsd")
+        out, lse = core_ops.attention(
+            q, k, v, causal=True, layout="bhsd", return_lse=True, policy=xrt_flash
+        )
+        core_ops.attention_backward(
+            grad, q, k, v, out, lse, causal=True, layout="bhsd", policy=xrt_flash
+        )
 
     def timed(fn: Callable[[], None], steps: int = 50) -> float:
         """Milliseconds per step of ``steps`` steps issued back to back (as a training loop

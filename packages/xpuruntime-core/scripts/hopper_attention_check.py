@@ -205,6 +205,9 @@ def run_one(c: Config, variants: list[str]) -> None:
         except Exception as error:  # report the variant's failure, keep the others
             print(f"  {name}: FAILED {type(error).__name__}: {str(error)[:300]}", flush=True)
 
+    if ours:
+        _check_stream_and_out(q, k, v, causal, scale, next(iter(ours)))
+
     everyone = {**{f"gluon {n}": f for n, f in ours.items()}, **peers}
     times: dict[str, list[float]] = {n: [] for n in everyone}
     for _ in range(3):  # interleaved rounds: clocks and neighbours drift alike for all
@@ -221,6 +224,39 @@ def run_one(c: Config, variants: list[str]) -> None:
         if flash and name.startswith("gluon"):
             ratios += f"  vs xrt_flash {flash / ms:.2f}x"
         print(f"  {name:>18}: {ms:8.3f} ms  {tflops:6.1f} TFLOP/s{ratios}", flush=True)
+
+
+def _check_stream_and_out(q: Any, k: Any, v: Any, causal: bool, scale: float, name: str) -> None:
+    """``stream=`` runs on that stream and leaves the current one; ``out=`` gets the output,
+    written in place when TMA can address it (a (batch, seq, heads, dim) buffer) and through
+    a copy when not (a view with a 2-element pad on every row: strides not 16-byte aligned).
+    Both must match the plain call bit for bit (the same kernel on the same inputs)."""
+    import torch
+
+    from xpuruntime.kernels.attention import hopper
+
+    want, want_lse = hopper.hopper_attention_forward(
+        q, k, v, causal=causal, scale=scale, variant=name
+    )
+    side = torch.cuda.Stream()
+    before = torch.cuda.current_stream()
+    b, h, s, d = q.shape
+    direct = torch.empty(b, s, h, d, dtype=q.dtype, device=q.device).transpose(1, 2)
+    padded = torch.empty(b, h, s, d + 2, dtype=q.dtype, device=q.device)[..., :d]
+    problems = []
+    side.wait_stream(before)
+    for label, buf in (("TMA-ready out", direct), ("unaligned out", padded)):
+        got, lse = hopper.hopper_attention_forward(
+            q, k, v, causal=causal, scale=scale, variant=name, stream=side.cuda_stream, out=buf
+        )
+        if got is not buf:
+            problems.append(f"{label}: not returned")
+        if torch.cuda.current_stream() != before:
+            problems.append(f"{label}: current stream changed")
+        side.synchronize()
+        if not torch.equal(buf, want) or not torch.equal(lse, want_lse):
+            problems.append(f"{label}: differs from the plain call")
+    print(f"  {name}: stream= and out= {'FAILED: ' + '; '.join(problems) if problems else 'ok'}")
 
 
 def main() -> int:

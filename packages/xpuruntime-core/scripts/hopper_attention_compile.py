@@ -53,6 +53,8 @@ def compile_one(kernels, dtype: str, head_dim: int, causal: bool, variant, out_d
         "seqlen_k": "i32",
         "num_heads": "i32",
         "group": "i32",
+        "batch_heads": "i32",
+        "section": "i32",
         "qk_scale": "fp32",
     }
     constexprs = dict(
@@ -64,6 +66,8 @@ def compile_one(kernels, dtype: str, head_dim: int, causal: bool, variant, out_d
         PINGPONG=variant.pingpong,
         CONSUMER_REGS=variant.consumer_regs,
         PRODUCER_REGS=variant.producer_regs,
+        NUM_WG=variant.num_wg,
+        PERSISTENT=variant.persistent,
     )
     for name in constexprs:
         signature[name] = "constexpr"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -20,6 +20,7 @@ pytest.importorskip("triton")
 
 import xpuruntime.ops as ops  # noqa: E402
 from xpuruntime.policies import KernelPolicy  # noqa: E402
+from xpuruntime.runtime.record import ExecutionRecord  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -33,6 +34,13 @@ pytestmark = [
 ]
 
 PIN = KernelPolicy(attention="xrt_flash")
+HOPPER_PIN = KernelPolicy(attention="xrt_flash_hopper")
+SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+needs_sm90 = pytest.mark.skipif(
+    not SM90,
+    reason="xrt_flash_hopper runs on sm_90 GPUs (H100/H200) only"
+    + (f"; this GPU is {torch.cuda.get_device_capability()}" if torch.cuda.is_available() else ""),
+)
 # xrt_flash's error may exceed FlashAttention-2's by this factor plus a floor of a quarter
 # unit in the last place (errors of a few ulps are not told apart by this comparison).
 FACTOR = 1.5
@@ -64,9 +72,21 @@ def _flash(q: Any, k: Any, v: Any, causal: bool, do: Any) -> tuple[Any, ...]:
     return (out.detach(), *grads)
 
 
-def _xrt(q: Any, k: Any, v: Any, causal: bool, do: Any) -> tuple[Any, ...]:
-    out, lse = ops.attention(q, k, v, causal=causal, layout="bhsd", return_lse=True, policy=PIN)
-    grads = ops.attention_backward(do, q, k, v, out, lse, causal=causal, layout="bhsd")
+def _xrt(
+    q: Any,
+    k: Any,
+    v: Any,
+    causal: bool,
+    do: Any,
+    policy: KernelPolicy = PIN,
+    record: ExecutionRecord | None = None,
+) -> tuple[Any, ...]:
+    out, lse = ops.attention(
+        q, k, v, causal=causal, layout="bhsd", return_lse=True, policy=policy, record=record
+    )
+    grads = ops.attention_backward(
+        do, q, k, v, out, lse, causal=causal, layout="bhsd", policy=policy, record=record
+    )
     return (out, *grads)
 
 
@@ -77,19 +97,24 @@ def _errors(results: tuple[Any, ...], ref: tuple[Any, ...]) -> list[tuple[float,
     ]
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize(
-    ("batch", "heads", "kv_heads", "seq", "dim"),
-    [
-        pytest.param(2, 16, 16, 1024, 128, id="mha-128"),
-        pytest.param(4, 16, 16, 512, 64, id="mha-64"),
-        pytest.param(1, 32, 8, 2048, 128, id="gqa-128"),
-        pytest.param(2, 8, 1, 1000, 64, id="mqa-64-ragged"),
-    ],
-)
-def test_numerics_no_worse_than_flash_attention_2(
-    batch: int, heads: int, kv_heads: int, seq: int, dim: int, causal: bool, dtype: Any
+CASES = [
+    pytest.param(2, 16, 16, 1024, 128, id="mha-128"),
+    pytest.param(4, 16, 16, 512, 64, id="mha-64"),
+    pytest.param(1, 32, 8, 2048, 128, id="gqa-128"),
+    pytest.param(2, 8, 1, 1000, 64, id="mqa-64-ragged"),
+]
+
+
+def _compare_with_flash_attention_2(
+    batch: int,
+    heads: int,
+    kv_heads: int,
+    seq: int,
+    dim: int,
+    causal: bool,
+    dtype: Any,
+    policy: KernelPolicy,
+    record: ExecutionRecord | None = None,
 ) -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(batch, heads, seq, dim, device="cuda", generator=gen).to(dtype)
@@ -98,19 +123,137 @@ def test_numerics_no_worse_than_flash_attention_2(
     do = torch.randn(batch, heads, seq, dim, device="cuda", generator=gen).to(dtype)
     ref = _reference(q, k, v, causal, do)
     ours, theirs = (
-        _errors(_xrt(q, k, v, causal, do), ref),
+        _errors(_xrt(q, k, v, causal, do, policy, record), ref),
         _errors(_flash(q, k, v, causal, do), ref),
     )
+    kernel = policy.get("attention")
     for name, (o_max, o_mean), (f_max, f_mean) in zip(
         ("out", "dq", "dk", "dv"), ours, theirs, strict=True
     ):
         print(
-            f"{name}: xrt_flash max {o_max:.3e} mean {o_mean:.3e} | flash max {f_max:.3e} mean {f_mean:.3e}"
+            f"{name}: {kernel} max {o_max:.3e} mean {o_mean:.3e} | flash max {f_max:.3e} mean {f_mean:.3e}"
         )
         assert o_max <= FACTOR * f_max + FLOOR[dtype], f"{name} max error {o_max} vs flash {f_max}"
         assert o_mean <= FACTOR * f_mean + FLOOR[dtype] / 8, (
             f"{name} mean error {o_mean} vs flash {f_mean}"
         )
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize(("batch", "heads", "kv_heads", "seq", "dim"), CASES)
+def test_numerics_no_worse_than_flash_attention_2(
+    batch: int, heads: int, kv_heads: int, seq: int, dim: int, causal: bool, dtype: Any
+) -> None:
+    _compare_with_flash_attention_2(batch, heads, kv_heads, seq, dim, causal, dtype, PIN)
+
+
+@needs_sm90
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize(("batch", "heads", "kv_heads", "seq", "dim"), CASES)
+def test_hopper_forward_with_the_triton_backward_no_worse_than_flash_attention_2(
+    batch: int, heads: int, kv_heads: int, seq: int, dim: int, causal: bool
+) -> None:
+    record = ExecutionRecord(kind="training")
+    _compare_with_flash_attention_2(
+        batch, heads, kv_heads, seq, dim, causal, torch.bfloat16, HOPPER_PIN, record
+    )
+    forward, backward = record.decisions
+    assert (forward.kernel, forward.mode) == ("xrt_flash_hopper", "pin")
+    assert "gluon hopper forward" in forward.reason
+    # The backward is xrt_flash's Triton kernels, and its decision says so.
+    assert (backward.kernel, backward.mode) == ("xrt_flash_hopper", "pin")
+    assert "backward: xrt_flash's Triton kernels" in backward.reason
+    assert "triton backward" in backward.reason
+
+
+@needs_sm90
+def test_automatic_choice_on_sm90_takes_the_hopper_forward() -> None:
+    q, k, v = (torch.randn(2, 8, 256, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    record = ExecutionRecord(kind="training")
+    out = ops.attention(q, k, v, causal=True, layout="bhsd", record=record)
+    (decision,) = record.decisions
+    assert (decision.kernel, decision.mode) == ("xrt_flash_hopper", "auto")
+    assert "first supported kernel in registration order" in decision.reason
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(out, expected, atol=2e-2, rtol=0)
+    # Where it cannot run, the automatic choice passes to xrt_flash and says why.
+    q32 = torch.randn(2, 8, 256, 32, device="cuda", dtype=torch.bfloat16)
+    ops.attention(q32, q32, q32, layout="bhsd", record=record)
+    assert record.decisions[-1].kernel == "xrt_flash"
+    assert "skipped xrt_flash_hopper: supports head sizes 64, 128, 256, not 32" in (
+        record.decisions[-1].reason
+    )
+    packed = torch.randn(300, 8, 128, device="cuda", dtype=torch.bfloat16)
+    cu = torch.tensor([0, 100, 300], dtype=torch.int32, device="cuda")
+    ops.attention(packed, packed, packed, cu_seqlens_q=cu, cu_seqlens_k=cu, record=record)
+    assert record.decisions[-1].kernel == "xrt_flash"
+    assert "xrt_flash_hopper: takes dense batches only" in record.decisions[-1].reason
+
+
+@needs_sm90
+def test_hopper_forward_in_bshd_layout_through_the_native_run_entry() -> None:
+    from xpuruntime.runtime.native import core
+
+    q, k, v = (torch.randn(2, 300, 8, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    ours = ops.attention(q, k, v, causal=True, policy=HOPPER_PIN)  # bshd, the default
+    assert ours.shape == q.shape
+    assert ours.is_contiguous()
+    out = torch.empty_like(q)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):  # the caller's stream, passed on as a raw handle
+        detail = core().run_kernel(
+            "attention", "xrt_flash_hopper", [core().from_dlpack(t) for t in (q, k, v)],
+            [1.0, 0.0], core().from_dlpack(out), stream.cuda_stream,
+        )  # fmt: skip
+    stream.synchronize()
+    assert "gluon hopper forward" in detail
+    torch.testing.assert_close(out, ours)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        *(t.transpose(1, 2) for t in (q, k, v)), is_causal=True
+    ).transpose(1, 2)
+    torch.testing.assert_close(ours, expected, atol=2e-3, rtol=0)
+
+
+@needs_sm90
+def test_lockfile_records_and_replays_the_hopper_forward(tmp_path: Any) -> None:
+    from xpuruntime.policies import ExecutionPolicy
+    from xpuruntime.policies.lock import Lockfile
+    from xpuruntime.runtime import lock as core_lock
+
+    q, k, v = (torch.randn(1, 8, 512, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    lock = tmp_path / "attention.lock.json"
+
+    def run(mode: Literal["record", "replay"], record: ExecutionRecord | None = None) -> None:
+        policy = ExecutionPolicy(
+            kernel_policy=HOPPER_PIN, lock=mode, lock_file=str(lock), fallback="error"
+        )
+        with core_lock.use(policy):
+            ops.attention(q, k, v, layout="bhsd", policy=HOPPER_PIN, record=record)
+
+    run("record")
+    entries = [e for e in Lockfile.load(lock).domain("core") if e.op == "attention"]
+    assert [e.choice.kernel for e in entries] == ["xrt_flash_hopper"]
+    record = ExecutionRecord(kind="training")
+    run("replay", record)
+    (decision,) = record.decisions
+    assert decision.kernel == "xrt_flash_hopper"
+    assert decision.reason.startswith("replayed from the lock")
+
+
+@needs_sm90
+def test_hopper_forward_captured_in_a_cuda_graph() -> None:
+    q, k, v = (torch.randn(2, 8, 512, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    expected = ops.attention(q, k, v, causal=True, layout="bhsd", policy=HOPPER_PIN)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = ops.attention(q, k, v, causal=True, layout="bhsd", policy=HOPPER_PIN)
+    q.copy_(torch.randn_like(q))
+    graph.replay()
+    torch.testing.assert_close(
+        captured, ops.attention(q, k, v, causal=True, layout="bhsd", policy=HOPPER_PIN)
+    )
+    assert not torch.equal(captured, expected)
 
 
 def test_variable_length_matches_padded_batches() -> None:

@@ -40,8 +40,10 @@ SHAPE = query_shape(
 
 def test_xrt_flash_is_registered_for_attention() -> None:
     kernels = rt.dispatcher.kernels("attention")
-    # xrt_flash first: the automatic choice; the fp8 forward after it (test_attention_fp8).
+    # The Hopper forward first (the automatic choice on sm_90), then xrt_flash (everywhere
+    # else); the fp8 forward after them (test_attention_fp8).
     assert [(k.name, k.library) for k in kernels] == [
+        ("xrt_flash_hopper", "xpuruntime Gluon (Hopper, warp-specialised)"),
         (KERNEL, LIBRARY),
         ("xrt_flash_fp8", "xpuruntime Triton fp8"),
     ]

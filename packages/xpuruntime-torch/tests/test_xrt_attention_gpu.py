@@ -1,5 +1,6 @@
 """On a CUDA GPU: fused_attention under xrt_flash runs xpuruntime's kernels, compiles with
-inductor as one graph, captures in CUDA graphs, and explain() names the kernels."""
+inductor as one graph, captures in CUDA graphs, and explain() names the kernels; on an sm_90
+GPU the same for xrt_flash_hopper (the Gluon Hopper forward with xrt_flash's backward)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,117 @@ def test_inductor_compiles_one_graph_and_matches_eager() -> None:
 def test_forward_and_backward_capture_in_cuda_graphs() -> None:
     q, k, v = _qkv(seq=512)
     with xrt_torch.kernel_policy(attention="xrt_flash"):
+        layer = torch.cuda.make_graphed_callables(
+            lambda q, k, v: fused_attention(q, k, v, is_causal=True, enable_gqa=True),
+            (q, k, v),
+        )
+        out = layer(q, k, v)
+        out.sum().backward()
+    ref = F.scaled_dot_product_attention(
+        *(t.detach().float() for t in (q, k, v)), is_causal=True, enable_gqa=True
+    )
+    torch.testing.assert_close(out.float(), ref, atol=3e-2, rtol=0)
+    assert q.grad is not None
+    assert torch.isfinite(q.grad).all()
+
+
+# --- xrt_flash_hopper: the Gluon Hopper forward with xrt_flash's Triton backward ---------
+
+SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+needs_sm90 = pytest.mark.skipif(
+    not SM90,
+    reason="xrt_flash_hopper runs on sm_90 GPUs (H100/H200) only"
+    + (f"; this GPU is {torch.cuda.get_device_capability()}" if torch.cuda.is_available() else ""),
+)
+
+
+@needs_sm90
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "dim"),
+    [
+        pytest.param(8, 8, 128, id="mha-128"),
+        pytest.param(8, 2, 128, id="gqa-128"),
+        pytest.param(16, 4, 64, id="gqa-64"),
+        pytest.param(8, 1, 64, id="mqa-64"),
+    ],
+)
+def test_hopper_forward_and_backward_match_sdpa(
+    heads: int, kv_heads: int, dim: int, causal: bool
+) -> None:
+    q, k, v = _qkv(heads=heads, kv_heads=kv_heads, seq=1000, dim=dim)
+    with xrt_torch.kernel_policy(attention="xrt_flash_hopper") as record:
+        out = fused_attention(q, k, v, is_causal=causal, enable_gqa=True)
+        grad = torch.randn_like(out)
+        out.backward(grad)
+    leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*leaves, is_causal=causal, enable_gqa=True)
+    ref.backward(grad.float())
+    torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=0)
+    for got, want in zip((q.grad, k.grad, v.grad), leaves, strict=True):
+        torch.testing.assert_close(got.float(), want.grad, atol=5e-2, rtol=0)
+    (decision,) = [d for d in record.decisions if d.op == "attention"]
+    assert (decision.kernel, decision.mode) == ("xrt_flash_hopper", "pin")
+    assert "gluon hopper forward" in decision.reason
+    assert "xrt_flash's Triton kernels" in decision.reason  # what its backward runs
+    assert record.fallbacks == []
+
+
+@needs_sm90
+def test_pinned_xrt_flash_keeps_the_triton_forward_on_hopper() -> None:
+    q, k, v = _qkv(seq=512)
+    with xrt_torch.kernel_policy(attention="xrt_flash") as record:
+        fused_attention(q, k, v, is_causal=True, enable_gqa=True)
+    (decision,) = [d for d in record.decisions if d.op == "attention"]
+    assert decision.kernel == "xrt_flash"
+    assert "triton forward" in decision.reason
+    assert "gluon" not in decision.reason
+
+
+@needs_sm90
+def test_explain_names_the_hopper_forward_and_the_triton_backward() -> None:
+    q, k, v = _qkv()
+
+    def step() -> None:
+        fused_attention(q, k, v, is_causal=True, enable_gqa=True).sum().backward()
+
+    with xrt_torch.kernel_policy(attention="xrt_flash_hopper"):
+        step()  # compile outside the profile
+        record = xrt_torch.explain(step)
+    by_library: dict[str | None, set[str]] = {}
+    for kernel in record.kernels:
+        if kernel.op == "attention":
+            by_library.setdefault(kernel.library, set()).add(kernel.name)
+    assert "_xrt_attn_fwd_hopper" in by_library.get("xrt_attention_hopper", set()), by_library
+    assert {"_xrt_attn_bwd_dkdv", "_xrt_attn_bwd_dq"} <= by_library.get("xrt_attention", set())
+    assert "_xrt_attn_fwd" not in by_library.get("xrt_attention", set())
+    assert not set(by_library) & {"flash_attention", "efficient_attention", "cudnn_attention"}
+    assert record.fallbacks == []
+
+
+@needs_sm90
+def test_hopper_compiles_with_inductor_and_matches_eager() -> None:
+    q, k, v = _qkv(seq=512)
+
+    def step(q: Any, k: Any, v: Any) -> Any:
+        return (fused_attention(q, k, v, is_causal=True, enable_gqa=True).float() ** 2).mean()
+
+    with xrt_torch.kernel_policy(attention="xrt_flash_hopper"):
+        loss = torch.compile(step, fullgraph=True)(q, k, v)
+        loss.backward()
+        grads = [t.grad.clone() for t in (q, k, v)]
+        for t in (q, k, v):
+            t.grad = None
+        step(q, k, v).backward()
+    for got, want in zip(grads, (q.grad, k.grad, v.grad), strict=True):
+        torch.testing.assert_close(got, want)
+
+
+@needs_sm90
+@pytest.mark.filterwarnings("ignore:The AccumulateGrad node's stream does not match:UserWarning")
+def test_hopper_forward_and_backward_capture_in_cuda_graphs() -> None:
+    q, k, v = _qkv(seq=512)
+    with xrt_torch.kernel_policy(attention="xrt_flash_hopper"):
         layer = torch.cuda.make_graphed_callables(
             lambda q, k, v: fused_attention(q, k, v, is_causal=True, enable_gqa=True),
             (q, k, v),

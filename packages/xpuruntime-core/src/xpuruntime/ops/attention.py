@@ -2,10 +2,13 @@
 
 The dispatcher resolves op ``attention`` (query shape
 ``[batch, seqlen_q, seqlen_k, heads, kv_heads, head_dim, causal, varlen]``) to a registered
-kernel — ``xrt_flash``, xpuruntime's Triton FlashAttention kernels, or, where a policy
-names it, ``xrt_flash_fp8``, their float8 (e4m3) forward for inference — and the call runs
-it. Inputs are PyTorch CUDA tensors (other DLPack producers are viewed as torch tensors);
-torch and Triton are imported on the first call, never by ``import xpuruntime``.
+kernel — ``xrt_flash_hopper``, the warp-specialised Gluon forward, on Hopper GPUs where it
+runs; ``xrt_flash``, xpuruntime's Triton FlashAttention kernels; or, where a policy names it,
+``xrt_flash_fp8``, their float8 (e4m3) forward for inference — and the call runs it. The
+backward of ``xrt_flash_hopper`` is ``xrt_flash``'s Triton backward (the same log-sum-exp),
+and its decision says so. Inputs are PyTorch CUDA tensors (other DLPack producers are viewed
+as torch tensors); torch and Triton are imported on the first call, never by
+``import xpuruntime``.
 
 For training, :func:`xpuruntime.pytorch.ops.fused_attention` wraps these in a differentiable
 PyTorch custom op.
@@ -162,9 +165,9 @@ def _resolve(
     decision, _status, _layout = core().resolve(
         "attention", shape, dtype, device, kernel, mode, strategy
     )
-    from xpuruntime.kernels.attention import FP8_KERNEL, KERNEL
+    from xpuruntime.kernels.attention import FP8_KERNEL, HOPPER_KERNEL, KERNEL
 
-    if decision[1] not in (KERNEL, FP8_KERNEL):  # registered by someone else: not launchable
+    if decision[1] not in (HOPPER_KERNEL, KERNEL, FP8_KERNEL):  # someone else's: not launchable
         raise UnsupportedOperationError(
             f"attention resolved to kernel {decision[1]!r} ({decision[2]}), which "
             f"xpuruntime.ops.attention cannot launch; pin attention={KERNEL!r}"
@@ -205,6 +208,8 @@ def attention(
     with ``return_lse=True`` also the float32 natural-log log-sum-exp of each query row,
     ``(batch, heads, seqlen_q)`` or ``(heads, total_q)`` for packed input. A policy pinning a
     kernel that cannot run the call raises :class:`UnsupportedOperationError` with the reason.
+    Without a policy, dense float16/bfloat16 calls on an H100/H200 run ``xrt_flash_hopper``
+    (head sizes 64, 128, 256) and the others ``xrt_flash``; the decision says which and why.
     ``precision="fp8"`` (or ``KernelPolicy(attention="xrt_flash_fp8")``) computes in float8
     e4m3 on ``xrt_flash_fp8``, for inference: per-row query, per-block key and per-channel
     value scales, output in the inputs' dtype, no backward; where it cannot run, the call
@@ -219,11 +224,15 @@ def attention(
         else None
     )
     decision = _resolve(query, dims, varlen, causal, policy, precision)
-    from xpuruntime.kernels.attention import FP8_KERNEL, launch
+    from xpuruntime.kernels.attention import FP8_KERNEL, HOPPER_KERNEL, launch
 
     kind = "thd" if is_varlen else layout
     handle = None if stream is None else stream_handle(stream)
-    if decision[1] == FP8_KERNEL:
+    if decision[1] == HOPPER_KERNEL:  # dense only: its support check refuses cu_seqlens
+        out, lse, detail = launch.hopper_forward(
+            query, key, value, causal=causal, scale=scale, layout=layout, stream=handle
+        )
+    elif decision[1] == FP8_KERNEL:
         from xpuruntime.kernels.attention import fp8
 
         quantized = fp8.quantize(query, key, value, layout=kind, varlen=varlen, stream=handle)
@@ -286,7 +295,7 @@ def attention_backward(
             f"got {tuple(log_sum_exp.shape)}"
         )
     decision = _resolve(query, dims, varlen, causal, policy)
-    from xpuruntime.kernels.attention import FP8_KERNEL, launch
+    from xpuruntime.kernels.attention import FP8_KERNEL, HOPPER_KERNEL, KERNEL, LIBRARY, launch
 
     if decision[1] == FP8_KERNEL:
         raise UnsupportedOperationError(
@@ -298,5 +307,12 @@ def attention_backward(
         layout="thd" if is_varlen else layout, varlen=varlen,
         stream=None if stream is None else stream_handle(stream),
     )  # fmt: skip
+    if decision[1] == HOPPER_KERNEL:
+        # The decision names the kernel the policy chose; what ran is xrt_flash's backward.
+        decision = (decision[0], decision[1], LIBRARY, *decision[3:])
+        detail = (
+            f"backward: {KERNEL}'s Triton kernels ({HOPPER_KERNEL} has no Hopper backward "
+            f"yet); {detail}"
+        )
     note(decision, detail, record)
     return dq, dk, dv

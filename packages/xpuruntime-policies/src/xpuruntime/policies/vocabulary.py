@@ -119,6 +119,15 @@ BUILTIN_KERNELS: tuple[KernelSpec, ...] = (
     _kernel("attention", "math", "any", "cpu cuda", "onnxruntime torch", "unfused reference math"),
     _kernel(
         "attention",
+        "xrt_flash_hopper",
+        "xpuruntime",
+        "cuda",
+        "torch xpuruntime",
+        "xpuruntime's warp-specialised Hopper (sm_90) attention forward (Gluon), with "
+        "xrt_flash's Triton backward",
+    ),
+    _kernel(
+        "attention",
         "xrt_flash",
         "xpuruntime",
         "cuda",

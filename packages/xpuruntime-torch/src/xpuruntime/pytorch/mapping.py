@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from xpuruntime.kernels.attention import HOPPER_KERNEL as XRT_HOPPER_KERNEL
 from xpuruntime.kernels.attention import KERNEL as XRT_ATTENTION_KERNEL
 from xpuruntime.kernels.attention.support import device_kinds as xrt_attention_devices
 from xpuruntime.policies import ExecutionPolicy, KernelPolicy
@@ -60,13 +61,15 @@ ATTENTION_BACKENDS: dict[str, tuple[SDPBackend, str]] = {
 # Where each backend runs: FlashAttention-2, memory-efficient and cuDNN attention are CUDA
 # kernels (PyTorch's CPU "flash" backend is a different, CPU kernel: not FlashAttention-2).
 # xpuruntime's own kernel (the core's Triton kernels) runs on CUDA through ops.fused_attention
-# (and on the CPU inside Triton's interpreter, for tests).
+# (and on the CPU inside Triton's interpreter, for tests); its Hopper forward (Gluon, with the
+# Triton backward) on CUDA only.
 ATTENTION_DEVICES = {
     "flash_v2": _CUDA,
     "efficient": _CUDA,
     "cudnn": _CUDA,
     "math": _ANY,
     XRT_ATTENTION_KERNEL: xrt_attention_devices(),
+    XRT_HOPPER_KERNEL: _CUDA,
 }
 
 # ops.fused_layernorm / fused_rmsnorm kernels -> devices: the core's ("xrt"; "cpu" is its CPU
@@ -183,10 +186,17 @@ def _plan_matmul(kernel: str, mode: str, out: Plan) -> None:
         out.settings.append(PlannedSetting("matmul", kernel, {}, _default_note("matmul"), mode))
 
 
+_XRT_ATTENTION_KERNELS = {
+    XRT_ATTENTION_KERNEL: "xpuruntime's Triton kernels",
+    XRT_HOPPER_KERNEL: "xpuruntime's Hopper forward (Gluon) and Triton backward",
+}
+
+
 def _plan_attention(kernel: str, mode: str, out: Plan) -> None:
-    if kernel == XRT_ATTENTION_KERNEL:  # ops.fused_attention's own (the core's) kernel
+    what = _XRT_ATTENTION_KERNELS.get(kernel)
+    if what is not None:  # ops.fused_attention's own (the core's) kernels
         note = (
-            "selects xpuruntime's Triton kernels in xpuruntime.pytorch.ops.fused_attention; "
+            f"selects {what} in xpuruntime.pytorch.ops.fused_attention; "
             "F.scaled_dot_product_attention keeps PyTorch's backends (aten ops are never "
             "overridden)"
         )

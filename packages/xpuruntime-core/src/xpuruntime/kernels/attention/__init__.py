@@ -13,6 +13,10 @@ uses; the backward returns dq, dk, dv with dk/dv summed over each key/value head
 Public entry points: :func:`xpuruntime.ops.attention` / :func:`xpuruntime.ops.attention_backward`
 and, for training, :func:`xpuruntime.pytorch.ops.fused_attention` under a policy naming
 ``xrt_flash``.
+
+``xrt_flash_hopper`` is a warp-specialised forward for Hopper (sm_90) written in Gluon
+(:mod:`.hopper`), registered first so that the automatic choice takes it where it runs; its
+backward is ``xrt_flash``'s Triton backward on the same log-sum-exp (no Hopper backward yet).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 from xpuruntime.kernels.attention.support import (
     QUERY_FIELDS,
     fp8_unsupported_reason,
+    hopper_unsupported_reason,
     query_shape,
     unsupported_reason,
 )
@@ -30,11 +35,14 @@ from xpuruntime.kernels.attention.support import (
 __all__ = [
     "FP8_KERNEL",
     "FP8_LIBRARY",
+    "HOPPER_KERNEL",
+    "HOPPER_LIBRARY",
     "KERNEL",
     "LIBRARY",
     "OP",
     "QUERY_FIELDS",
     "fp8_unsupported_reason",
+    "hopper_unsupported_reason",
     "query_shape",
     "register",
     "unsupported_reason",
@@ -50,6 +58,12 @@ LIBRARY = "xpuruntime Triton"
 #: registered after ``xrt_flash``, which the automatic choice takes first.
 FP8_KERNEL = "xrt_flash_fp8"
 FP8_LIBRARY = "xpuruntime Triton fp8"
+#: The warp-specialised Hopper (sm_90) forward, in Gluon: registered before ``xrt_flash``, so
+#: the automatic choice takes it on an H100/H200 where it can run the call and passes to
+#: ``xrt_flash`` elsewhere (the decision's reason lists why it was passed over). Its backward
+#: is ``xrt_flash``'s Triton backward on the same log-sum-exp.
+HOPPER_KERNEL = "xrt_flash_hopper"
+HOPPER_LIBRARY = "xpuruntime Gluon (Hopper, warp-specialised)"
 
 
 def _run(inputs: list[Any], scalars: list[float], output: Any, stream: int) -> str:
@@ -86,8 +100,27 @@ def _run_fp8(inputs: list[Any], scalars: list[float], output: Any, stream: int) 
     return detail
 
 
+def _run_hopper(inputs: list[Any], scalars: list[float], output: Any, stream: int) -> str:
+    """``_run`` for ``xrt_flash_hopper`` (the same inputs, scalars and output)."""
+    from torch.utils.dlpack import from_dlpack
+
+    from xpuruntime.kernels.attention import launch
+
+    q, k, v = (from_dlpack(t) for t in inputs)
+    causal, scale = bool(scalars[0]), scalars[1] or None
+    _, _, detail = launch.hopper_forward(
+        q, k, v, causal=causal, scale=scale, layout="bshd", stream=stream or None,
+        out=from_dlpack(output),
+    )  # fmt: skip
+    return detail
+
+
 def register(core: ModuleType) -> None:
-    """Register ``xrt_flash`` and then ``xrt_flash_fp8`` for op ``attention`` in the native
-    kernel registry (the order is the automatic choice's: bf16/fp16 calls take ``xrt_flash``)."""
+    """Register ``xrt_flash_hopper``, ``xrt_flash`` and then ``xrt_flash_fp8`` for op
+    ``attention`` in the native kernel registry (the order is the automatic choice's: bf16/fp16
+    calls take the Hopper forward on sm_90 where it runs, else ``xrt_flash``)."""
+    core.register_python_kernel(
+        OP, HOPPER_KERNEL, HOPPER_LIBRARY, hopper_unsupported_reason, _run_hopper
+    )
     core.register_python_kernel(OP, KERNEL, LIBRARY, unsupported_reason, _run)
     core.register_python_kernel(OP, FP8_KERNEL, FP8_LIBRARY, fp8_unsupported_reason, _run_fp8)

@@ -56,26 +56,30 @@ def _box(buf, desc):
 
 @gluon.jit
 def _release(bar):
-    """Tell the producer that this warpgroup is done with a ring slot. The arrive is issued
-    by one thread, so every warp of the group must first be past its wgmma wait."""
+    """Tell the producer that this warpgroup is done with a shared-memory buffer. The arrive
+    is issued by one thread, so every warp of the group must first be past its wgmma wait.
+    (Triton 3.6's shared-memory barrier analysis puts a barrier before every mbarrier arrive
+    that follows shared-memory reads anyway: dropping this one leaves the same code.)"""
     gl.thread_barrier()
     mbarrier.arrive(bar, count=1)
 
 
 @gluon.jit
 def _turn_wait(turn_bars, rnd, WG: gl.constexpr, PINGPONG: gl.constexpr):
-    """Wait until it is this warpgroup's turn to issue GEMMs (round ``rnd``). A fresh
-    mbarrier counts as having completed the phase of parity 1, so warpgroup 0 starts."""
+    """Wait until it is this warpgroup's turn to issue GEMMs (round ``rnd``; the warpgroups
+    go round-robin, 0 first). Warpgroup 0 waits for the last one's pass of the previous
+    round, which a fresh mbarrier (counting as having completed the phase of parity 1)
+    stands in for at round 0; the others wait for their predecessor's pass of this round."""
     if PINGPONG:
-        mbarrier.wait(turn_bars.index(WG), (rnd & 1) ^ (1 - WG))
+        mbarrier.wait(turn_bars.index(WG), (rnd & 1) ^ (1 if WG == 0 else 0))
 
 
 @gluon.jit
-def _turn_pass(turn_bars, WG: gl.constexpr, PINGPONG: gl.constexpr):
-    """Hand the tensor cores to the other warpgroup (its GEMMs queue behind ours)."""
+def _turn_pass(turn_bars, WG: gl.constexpr, NUM_WG: gl.constexpr, PINGPONG: gl.constexpr):
+    """Hand the tensor cores to the next warpgroup (its GEMMs queue behind ours)."""
     if PINGPONG:
         gl.thread_barrier()  # every warp of the group has issued its wgmmas
-        mbarrier.arrive(turn_bars.index(1 - WG), count=1)
+        mbarrier.arrive(turn_bars.index((WG + 1) % NUM_WG), count=1)
 
 
 @gluon.jit
@@ -104,27 +108,83 @@ def _softmax(
 
 
 @gluon.jit
+def _work(
+    tile, seqlen_q, seqlen_k, num_heads, batch_heads, section,
+    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+    PERSISTENT: gl.constexpr,
+):  # fmt: skip
+    """The work item ``tile``: (batch, head, batch x head, first query row, key blocks every
+    row sees in full, key blocks). Without ``PERSISTENT`` the program ids name it.
+
+    Persistent order: (batch x head) runs in sections of ``section`` (their keys and values
+    fit in L2 together); within a section the query tiles go row-block-major, heads minor,
+    so the CTAs running at once share a few heads' keys. Causal: the last query tiles (the
+    most key blocks) come first, so the short tiles fill the end (longest-first)."""
+    num_m = gl.cdiv(seqlen_q, BLOCK_M)
+    if PERSISTENT:
+        per_section = section * num_m
+        first_bh = (tile // per_section) * section
+        size = gl.minimum(section, batch_heads - first_bh)  # the last section may be short
+        r = tile % per_section
+        m_idx = r // size
+        bh = first_bh + r % size
+    else:
+        m_idx = gl.program_id(0)
+        bh = gl.program_id(1)
+    if CAUSAL:
+        m_idx = num_m - 1 - m_idx  # the longest rows start first
+    b = bh // num_heads
+    h = bh % num_heads
+    start_m = m_idx * BLOCK_M
+    if CAUSAL:
+        hi = gl.minimum(start_m + BLOCK_M, seqlen_k)
+        n_full = gl.minimum(start_m + 1, seqlen_k) // BLOCK_N
+    else:
+        hi = seqlen_k
+        n_full = seqlen_k // BLOCK_N
+    n_blocks = gl.cdiv(hi, BLOCK_N)
+    return b, h, bh, start_m, n_full, n_blocks
+
+
+@gluon.jit
+def _tiles(seqlen_q, batch_heads, BLOCK_M: gl.constexpr, PERSISTENT: gl.constexpr):
+    """This CTA's work items as range bounds: every grid-th from its id, or the one its
+    program ids name."""
+    if PERSISTENT:
+        first = gl.program_id(0)
+        end = gl.cdiv(seqlen_q, BLOCK_M) * batch_heads
+        step = gl.num_programs(0)
+    else:
+        first = 0
+        end = 1
+        step = 1
+    return first, end, step
+
+
+@gluon.jit
 def _consumer_blocks(
-    lo, hi, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn_bars,
+    lo, hi, ring0, turn0, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn_bars,
     acc, p, alpha, m_i, l_i, s_init, rows, offs_n, seqlen_k, qk_scale,
-    WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+    WG: gl.constexpr, NUM_WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
     CAUSAL: gl.constexpr, MASKED: gl.constexpr, PINGPONG: gl.constexpr,
 ):  # fmt: skip
-    """Key blocks ``lo`` to ``hi`` (``lo >= 1``): S_j = Q K_jᵀ overlapped with O += P_{j-1} V_{j-1}."""
+    """Key blocks ``lo`` to ``hi`` (``lo >= 1``): S_j = Q K_jᵀ overlapped with O += P_{j-1} V_{j-1}.
+    Block ``j`` sits at ring position ``ring0 + j`` and GEMM round ``turn0 + j``."""
     row_o: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
     for j in range(lo, hi):
-        slot = j % NUM_STAGES
-        prev = (j - 1) % NUM_STAGES
-        mbarrier.wait(k_ready.index(slot), (j // NUM_STAGES) & 1)
-        _turn_wait(turn_bars, j, WG, PINGPONG)
+        it = ring0 + j
+        slot = it % NUM_STAGES
+        prev = (it - 1) % NUM_STAGES
+        mbarrier.wait(k_ready.index(slot), (it // NUM_STAGES) & 1)
+        _turn_wait(turn_bars, turn0 + j, WG, PINGPONG)
         s_tok = warpgroup_mma(
             q, k_smem.index(slot).permute((1, 0)), s_init, use_acc=False, is_async=True
         )
         # Rescale the older blocks' sum while S_j runs, then queue P_{j-1} V_{j-1} behind it.
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
-        mbarrier.wait(v_ready.index(prev), ((j - 1) // NUM_STAGES) & 1)
+        mbarrier.wait(v_ready.index(prev), ((it - 1) // NUM_STAGES) & 1)
         o_tok = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
-        _turn_pass(turn_bars, WG, PINGPONG)
+        _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
         _release(k_empty.index(slot))
         p_new, alpha, m_i, l_i = _softmax(
@@ -138,13 +198,16 @@ def _consumer_blocks(
 
 @gluon.jit
 def _consumer(
-    q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turn_bars,
-    o_desc, LSE, b, h, bh, start_m, seqlen_q, seqlen_k, n_full, n_blocks, qk_scale,
-    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M_WG: gl.constexpr, BLOCK_N: gl.constexpr,
-    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+    q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready, v_empty,
+    turn_bars, o_desc, LSE, seqlen_q, seqlen_k, num_heads, batch_heads, section, qk_scale,
+    WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M_WG: gl.constexpr,
+    BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+    PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr,
 ):  # fmt: skip
-    """Consumer warpgroup ``WG``: its BLOCK_M_WG query rows against every key block."""
+    """Consumer warpgroup ``WG``: for each work item, its BLOCK_M_WG query rows against every
+    key block. The ring position and GEMM round run on across work items (as the producer's)."""
     dtype: gl.constexpr = q_smem.dtype
+    BLOCK_M: gl.constexpr = NUM_WG * BLOCK_M_WG
     mma_s: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
@@ -155,169 +218,246 @@ def _consumer(
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
     row_s: gl.constexpr = gl.SliceLayout(1, mma_s)
     row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
-
-    row0 = start_m + WG * BLOCK_M_WG
-    rows = row0 + gl.arange(0, BLOCK_M_WG, layout=row_s)
     offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_s))
-    m_i = gl.full([BLOCK_M_WG], float("-inf"), gl.float32, layout=row_s)
-    l_i = gl.zeros([BLOCK_M_WG], gl.float32, layout=row_s)
-    acc = gl.zeros([BLOCK_M_WG, HEAD_DIM], gl.float32, layout=mma_o)
     s_init = gl.zeros([BLOCK_M_WG, BLOCK_N], gl.float32, layout=mma_s)
-
     q = q_smem.index(WG)
-    mbarrier.wait(q_bars.index(WG), 0)
+    o_buf = o_smem.index(WG)  # the query tile itself unless PERSISTENT
 
-    # Key block 0: S_0 and its softmax (masked: it may hold the causal diagonal or the end).
-    mbarrier.wait(k_ready.index(0), 0)
-    _turn_wait(turn_bars, 0, WG, PINGPONG)
-    s_tok = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), s_init, use_acc=False, is_async=True)
-    _turn_pass(turn_bars, WG, PINGPONG)
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
-    _release(k_empty.index(0))
-    p32, alpha, m_i, l_i = _softmax(s, m_i, l_i, rows, offs_n, seqlen_k, qk_scale, CAUSAL, True)
-    p = gl.convert_layout(p32.to(dtype), p_layout)
+    ring0 = 0
+    count = 0
+    first, end, step = _tiles(seqlen_q, batch_heads, BLOCK_M, PERSISTENT)
+    for tile in range(first, end, step):
+        b, h, bh, start_m, n_full, n_blocks = _work(
+            tile, seqlen_q, seqlen_k, num_heads, batch_heads, section,
+            BLOCK_M, BLOCK_N, CAUSAL, PERSISTENT,
+        )  # fmt: skip
+        turn0 = ring0 + count  # each earlier item took n_blocks + 1 GEMM rounds
+        row0 = start_m + WG * BLOCK_M_WG
+        rows = row0 + gl.arange(0, BLOCK_M_WG, layout=row_s)
+        m_i = gl.full([BLOCK_M_WG], float("-inf"), gl.float32, layout=row_s)
+        l_i = gl.zeros([BLOCK_M_WG], gl.float32, layout=row_s)
+        acc = gl.zeros([BLOCK_M_WG, HEAD_DIM], gl.float32, layout=mma_o)
+        mbarrier.wait(q_bars.index(WG), count & 1)
 
-    # Blocks every row sees in full (no mask), then the causal diagonal and the sequence end.
-    acc, p, alpha, m_i, l_i = _consumer_blocks(
-        1, n_full, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn_bars,
-        acc, p, alpha, m_i, l_i, s_init, rows, offs_n, seqlen_k, qk_scale,
-        WG, BLOCK_N, NUM_STAGES, CAUSAL, False, PINGPONG,
-    )  # fmt: skip
-    acc, p, alpha, m_i, l_i = _consumer_blocks(
-        gl.maximum(n_full, 1), n_blocks, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
-        turn_bars, acc, p, alpha, m_i, l_i, s_init, rows, offs_n, seqlen_k, qk_scale,
-        WG, BLOCK_N, NUM_STAGES, CAUSAL, True, PINGPONG,
-    )  # fmt: skip
+        # Key block 0: S_0 and its softmax (masked: it may hold the causal diagonal or the end).
+        slot0 = ring0 % NUM_STAGES
+        mbarrier.wait(k_ready.index(slot0), (ring0 // NUM_STAGES) & 1)
+        _turn_wait(turn_bars, turn0, WG, PINGPONG)
+        s_tok = warpgroup_mma(
+            q, k_smem.index(slot0).permute((1, 0)), s_init, use_acc=False, is_async=True
+        )
+        _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+        _release(k_empty.index(slot0))
+        p32, alpha, m_i, l_i = _softmax(s, m_i, l_i, rows, offs_n, seqlen_k, qk_scale, CAUSAL, True)
+        p = gl.convert_layout(p32.to(dtype), p_layout)
 
-    # The last block's P·V.
-    last = n_blocks - 1
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
-    mbarrier.wait(v_ready.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
-    _turn_wait(turn_bars, n_blocks, WG, PINGPONG)
-    o_tok = warpgroup_mma(p, v_smem.index(last % NUM_STAGES), acc, is_async=True)
-    _turn_pass(turn_bars, WG, PINGPONG)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
-    _release(v_empty.index(last % NUM_STAGES))
+        # Blocks every row sees in full (no mask), then the causal diagonal and the sequence end.
+        acc, p, alpha, m_i, l_i = _consumer_blocks(
+            1, n_full, ring0, turn0, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
+            turn_bars, acc, p, alpha, m_i, l_i, s_init, rows, offs_n, seqlen_k, qk_scale,
+            WG, NUM_WG, BLOCK_N, NUM_STAGES, CAUSAL, False, PINGPONG,
+        )  # fmt: skip
+        acc, p, alpha, m_i, l_i = _consumer_blocks(
+            gl.maximum(n_full, 1), n_blocks, ring0, turn0, q, k_smem, v_smem, k_ready, k_empty,
+            v_ready, v_empty, turn_bars, acc, p, alpha, m_i, l_i, s_init, rows, offs_n,
+            seqlen_k, qk_scale, WG, NUM_WG, BLOCK_N, NUM_STAGES, CAUSAL, True, PINGPONG,
+        )  # fmt: skip
+        if PERSISTENT:
+            # Every S GEMM of this item is done: the producer may load the next query tile.
+            _release(q_empty.index(WG))
 
-    # A row that saw no key returns zeros and log-sum-exp -inf (as _kernels does).
-    empty = l_i == 0.0
-    l_safe = gl.where(empty, 1.0, l_i)
-    lse = gl.where(empty, float("-inf"), (m_i + gl.log2(l_safe)) * LN2)
-    gl.store(LSE + bh.to(gl.int64) * seqlen_q + rows, lse, mask=rows < seqlen_q)
-    out = acc * gl.expand_dims(gl.convert_layout(1.0 / l_safe, row_o), 1)
-    # The query tile is free now (its last wgmma completed): stage the output there.
-    q.store(out.to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], _box(q, o_desc))
+        # The last block's P·V.
+        last = ring0 + n_blocks - 1
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+        mbarrier.wait(v_ready.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
+        _turn_wait(turn_bars, turn0 + n_blocks, WG, PINGPONG)
+        o_tok = warpgroup_mma(p, v_smem.index(last % NUM_STAGES), acc, is_async=True)
+        _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
+        _release(v_empty.index(last % NUM_STAGES))
+
+        # A row that saw no key returns zeros and log-sum-exp -inf (as _kernels does).
+        empty = l_i == 0.0
+        l_safe = gl.where(empty, 1.0, l_i)
+        lse = gl.where(empty, float("-inf"), (m_i + gl.log2(l_safe)) * LN2)
+        gl.store(LSE + bh.to(gl.int64) * seqlen_q + rows, lse, mask=rows < seqlen_q)
+        out = acc * gl.expand_dims(gl.convert_layout(1.0 / l_safe, row_o), 1)
+        if PERSISTENT:
+            # The previous item's output store must have left the staging tile (its issuing
+            # thread waits; the barrier holds the other warps until it has).
+            tma.store_wait(pendings=0)
+            gl.thread_barrier()
+        # Without PERSISTENT the staging tile is the query tile, free since the last wgmma.
+        o_buf.store(out.to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], _box(o_buf, o_desc))
+        ring0 += n_blocks
+        count += 1  # noqa: SIM113 (Gluon compiles no enumerate over a dynamic range)
     tma.store_wait(pendings=0)
 
 
 @gluon.jit
 def _producer(
-    q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
-    b, h, kv_h, start_m, n_blocks,
-    BLOCK_M_WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+    q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty,
+    v_ready, v_empty, seqlen_q, seqlen_k, num_heads, group, batch_heads, section,
+    NUM_WG: gl.constexpr, BLOCK_M_WG: gl.constexpr, BLOCK_N: gl.constexpr,
+    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr,
 ):  # fmt: skip
-    """The load warp: both query tiles, then key and value tiles through the ring."""
-    for w in gl.static_range(2):
-        mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(
-            q_desc,
-            [b, h, start_m + w * BLOCK_M_WG, 0],
-            q_bars.index(w),
-            _box(q_smem.index(w), q_desc),
-        )
-    for j in range(n_blocks):
-        slot = j % NUM_STAGES
-        phase = (j // NUM_STAGES) & 1
-        # A fresh "empty" barrier counts as completed for parity 1: the first pass is free.
-        mbarrier.wait(k_empty.index(slot), phase ^ 1)
-        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(
-            k_desc, [b, kv_h, j * BLOCK_N, 0], k_ready.index(slot), _box(k_smem.index(slot), k_desc)
-        )
-        mbarrier.wait(v_empty.index(slot), phase ^ 1)
-        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(
-            v_desc, [b, kv_h, j * BLOCK_N, 0], v_ready.index(slot), _box(v_smem.index(slot), v_desc)
-        )
+    """The load warp: per work item, the query tiles, then key and value tiles through the
+    ring (whose position runs on across items, so the next item's loads start as soon as
+    slots free up)."""
+    BLOCK_M: gl.constexpr = NUM_WG * BLOCK_M_WG
+    ring0 = 0
+    count = 0
+    first, end, step = _tiles(seqlen_q, batch_heads, BLOCK_M, PERSISTENT)
+    for tile in range(first, end, step):
+        b, h, _bh, start_m, _n_full, n_blocks = _work(
+            tile, seqlen_q, seqlen_k, num_heads, batch_heads, section,
+            BLOCK_M, BLOCK_N, CAUSAL, PERSISTENT,
+        )  # fmt: skip
+        kv_h = h // group
+        for w in gl.static_range(NUM_WG):
+            if PERSISTENT:
+                # A fresh barrier counts as completed for parity 1: the first item is free.
+                mbarrier.wait(q_empty.index(w), (count & 1) ^ 1)
+            mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(
+                q_desc,
+                [b, h, start_m + w * BLOCK_M_WG, 0],
+                q_bars.index(w),
+                _box(q_smem.index(w), q_desc),
+            )
+        for j in range(n_blocks):
+            it = ring0 + j
+            slot = it % NUM_STAGES
+            phase = (it // NUM_STAGES) & 1
+            # A fresh "empty" barrier counts as completed for parity 1: the first pass is free.
+            mbarrier.wait(k_empty.index(slot), phase ^ 1)
+            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(
+                k_desc,
+                [b, kv_h, j * BLOCK_N, 0],
+                k_ready.index(slot),
+                _box(k_smem.index(slot), k_desc),
+            )
+            mbarrier.wait(v_empty.index(slot), phase ^ 1)
+            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(
+                v_desc,
+                [b, kv_h, j * BLOCK_N, 0],
+                v_ready.index(slot),
+                _box(v_smem.index(slot), v_desc),
+            )
+        ring0 += n_blocks
+        count += 1  # noqa: SIM113 (Gluon compiles no enumerate over a dynamic range)
 
 
 @gluon.jit
 def _xrt_attn_fwd_hopper(
     q_desc, k_desc, v_desc, o_desc, LSE,
-    seqlen_q, seqlen_k, num_heads, group, qk_scale,
+    seqlen_q, seqlen_k, num_heads, group, batch_heads, section, qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_M_WG: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, NUM_WG: gl.constexpr,
+    PERSISTENT: gl.constexpr,
 ):  # fmt: skip
-    """One CTA per (2 * BLOCK_M_WG query rows, batch x head); launch with num_warps=4 (the
-    first consumer warpgroup; the second and the producer warp are worker partitions).
-    ``seqlen_k`` must be positive (the launcher handles empty keys)."""
-    BLOCK_M: gl.constexpr = 2 * BLOCK_M_WG
+    """Launch with num_warps=4 (the first consumer warpgroup; the other ``NUM_WG - 1`` and
+    the producer warp are worker partitions). Without ``PERSISTENT`` one CTA per
+    (NUM_WG * BLOCK_M_WG query rows, batch x head), a 2-D grid; with it a 1-D grid of at most
+    one CTA per SM, each looping over work items (:func:`_work`; ``batch_heads`` = batch x
+    heads, ``section`` = batch x heads per L2 section). ``seqlen_k`` must be positive (the
+    launcher handles empty keys)."""
     dtype: gl.constexpr = q_desc.dtype
-    pid_m = gl.program_id(0)
-    if CAUSAL:
-        pid_m = gl.num_programs(0) - 1 - pid_m  # the longest rows start first
-    bh = gl.program_id(1)
-    b = bh // num_heads
-    h = bh % num_heads
-    kv_h = h // group
-    start_m = pid_m * BLOCK_M
-
-    if CAUSAL:
-        hi = gl.minimum(start_m + BLOCK_M, seqlen_k)
-        n_full = gl.minimum(start_m + 1, seqlen_k) // BLOCK_N
-    else:
-        hi = seqlen_k
-        n_full = seqlen_k // BLOCK_N
-    n_blocks = gl.cdiv(hi, BLOCK_N)
 
     # 2-D tiles with the descriptors' swizzle: TMA fills them through a 4-D view (``_box``).
     tile_q: gl.constexpr = gl.NVMMASharedLayout(q_desc.layout.swizzle_byte_width, 16)
     tile_kv: gl.constexpr = gl.NVMMASharedLayout(k_desc.layout.swizzle_byte_width, 16)
-    q_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M_WG, HEAD_DIM], tile_q)
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, BLOCK_M_WG, HEAD_DIM], tile_q)
+    if PERSISTENT:
+        # Its own output staging tiles: the next query tiles load while this item finishes,
+        # and the output store need not complete before the next item starts.
+        o_smem = gl.allocate_shared_memory(dtype, [NUM_WG, BLOCK_M_WG, HEAD_DIM], tile_q)
+    else:
+        o_smem = q_smem
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], tile_kv)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], tile_kv)
     bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
-    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
-    turn_bars = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    q_bars = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], bar_layout)
+    q_empty = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], bar_layout)
+    turn_bars = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], bar_layout)
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
     k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
     v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
-    for i in gl.static_range(2):
+    for i in gl.static_range(NUM_WG):
         mbarrier.init(q_bars.index(i), count=1)
+        mbarrier.init(q_empty.index(i), count=1)
         mbarrier.init(turn_bars.index(i), count=1)
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)  # one arrive per consumer warpgroup
-        mbarrier.init(v_empty.index(i), count=2)
+        mbarrier.init(k_empty.index(i), count=NUM_WG)  # one arrive per consumer warpgroup
+        mbarrier.init(v_empty.index(i), count=NUM_WG)
 
-    # The default partition (this kernel's 4 warps) is consumer 0; the workers are consumer
-    # 1 (4 warps) and the producer (1 warp). The default partition gets the registers the
-    # others leave: 240 for each consumer at the default 240/24. The argument tuples are
-    # written inline: a tuple bound to a name first would wrap its constexprs twice.
+    # The default partition (this kernel's 4 warps) is consumer 0; the workers are the other
+    # consumers (4 warps each) and the producer (1 warp). The default partition gets the
+    # registers the others leave. The argument tuples are written inline: a tuple bound to a
+    # name first would wrap its constexprs twice.
     # fmt: off
-    gl.warp_specialize(
-        [
-            (_consumer, (
-                q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turn_bars,
-                o_desc, LSE, b, h, bh, start_m, seqlen_q, seqlen_k, n_full, n_blocks, qk_scale,
-                0, HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG,
-            )),
-            (_consumer, (
-                q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turn_bars,
-                o_desc, LSE, b, h, bh, start_m, seqlen_q, seqlen_k, n_full, n_blocks, qk_scale,
-                1, HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG,
-            )),
-            (_producer, (
-                q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty,
-                v_ready, v_empty, b, h, kv_h, start_m, n_blocks, BLOCK_M_WG, BLOCK_N, NUM_STAGES,
-            )),
-        ],
-        [4, 1],
-        [CONSUMER_REGS, PRODUCER_REGS],
-    )
+    if NUM_WG == 2:
+        gl.warp_specialize(
+            [
+                (_consumer, (
+                    q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
+                    v_empty, turn_bars, o_desc, LSE, seqlen_q, seqlen_k, num_heads, batch_heads,
+                    section, qk_scale, 0, NUM_WG, HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES,
+                    CAUSAL, PINGPONG, PERSISTENT,
+                )),
+                (_consumer, (
+                    q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
+                    v_empty, turn_bars, o_desc, LSE, seqlen_q, seqlen_k, num_heads, batch_heads,
+                    section, qk_scale, 1, NUM_WG, HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES,
+                    CAUSAL, PINGPONG, PERSISTENT,
+                )),
+                (_producer, (
+                    q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,
+                    k_empty, v_ready, v_empty, seqlen_q, seqlen_k, num_heads, group, batch_heads,
+                    section, NUM_WG, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PERSISTENT,
+                )),
+            ],
+            [4, 1],
+            [CONSUMER_REGS, PRODUCER_REGS],
+        )
+    else:
+        gl.static_assert(NUM_WG == 3, "two or three consumer warpgroups")
+        gl.warp_specialize(
+            [
+                (_consumer, (
+                    q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
+                    v_empty, turn_bars, o_desc, LSE, seqlen_q, seqlen_k, num_heads, batch_heads,
+                    section, qk_scale, 0, NUM_WG, HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES,
+                    CAUSAL, PINGPONG, PERSISTENT,
+                )),
+                (_consumer, (
+                    q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
+                    v_empty, turn_bars, o_desc, LSE, seqlen_q, seqlen_k, num_heads, batch_heads,
+                    section, qk_scale, 1, NUM_WG, HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES,
+                    CAUSAL, PINGPONG, PERSISTENT,
+                )),
+                (_consumer, (
+                    q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
+                    v_empty, turn_bars, o_desc, LSE, seqlen_q, seqlen_k, num_heads, batch_heads,
+                    section, qk_scale, 2, NUM_WG, HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES,
+                    CAUSAL, PINGPONG, PERSISTENT,
+                )),
+                (_producer, (
+                    q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,
+                    k_empty, v_ready, v_empty, seqlen_q, seqlen_k, num_heads, group, batch_heads,
+                    section, NUM_WG, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PERSISTENT,
+                )),
+            ],
+            [4, 4, 1],
+            [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
+        )
     # fmt: on

@@ -5,13 +5,22 @@ need them, so this module (and ``import xpuruntime``) stays light; the variant t
 plain data that the offline compile script reads without torch.
 
 Variants name the tiles and the schedule: ``m{rows per consumer warpgroup}n{key block}
-s{ring stages}{pp|np}`` (``pp``: the two consumer warpgroups ping-pong their GEMMs; ``np``:
-they issue freely). ``XPURUNTIME_HOPPER_ATTENTION_VARIANT`` overrides the default per head
-size, so one GPU run can time them all.
+s{ring stages}{pp|np}[_{flags}]`` (``pp``: the consumer warpgroups take turns issuing their
+GEMMs, ping-pong; ``np``: they issue freely). The optional flags, in this order:
+
+- ``w3``: three consumer warpgroups (160 registers each) instead of two (240 each), so a CTA
+  covers 3 x rows query rows;
+- ``p``: persistent: one CTA per SM (at most) loops over the work items, causal ones
+  longest-first, heads in L2-sized sections; the ring runs on across items and the output
+  is staged in its own shared-memory tiles, so the next item's loads overlap this one's end.
+
+E.g. ``m64n128s2pp_w3p``. ``XPURUNTIME_HOPPER_ATTENTION_VARIANT`` overrides the default per
+head size, so one GPU run can time them all.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -36,6 +45,13 @@ VARIANT_ENV = "XPURUNTIME_HOPPER_ATTENTION_VARIANT"
 _LOG2E = 1.4426950408889634
 
 
+#: Shared memory an H100/H200 CTA may use (227 KiB).
+_SMEM_LIMIT = 232448
+#: Keys and values of one L2 section of the persistent order: FlashAttention-3's 32 MiB of
+#: the H100's 50 MB L2.
+_L2_SECTION_BYTES = 32 << 20
+
+
 @dataclass(frozen=True)
 class Variant:
     """One compiled shape of the kernel (see the module docstring for the name)."""
@@ -44,22 +60,46 @@ class Variant:
     block_n: int
     num_stages: int
     pingpong: bool
-    consumer_regs: int = 240
+    num_wg: int = 2
+    persistent: bool = False
     producer_regs: int = 24
+
+    @property
+    def consumer_regs(self) -> int:
+        """Per consumer thread after ``setmaxnreg``: what the producer leaves, split evenly
+        (the register file is 512 per thread of one warpgroup, in steps of 8)."""
+        return 240 if self.num_wg == 2 else 160
+
+    @property
+    def block_m(self) -> int:
+        return self.num_wg * self.block_m_wg
 
     @property
     def name(self) -> str:
         schedule = "pp" if self.pingpong else "np"
-        return f"m{self.block_m_wg}n{self.block_n}s{self.num_stages}{schedule}"
+        flags = ("w3" if self.num_wg == 3 else "") + ("p" if self.persistent else "")
+        return f"m{self.block_m_wg}n{self.block_n}s{self.num_stages}{schedule}" + (
+            f"_{flags}" if flags else ""
+        )
+
+    def smem_bytes(self, head_dim: int) -> int:
+        """Shared memory of the tiles (16-bit elements; the mbarriers add a few bytes)."""
+        q_tiles = self.num_wg * self.block_m_wg * head_dim * (2 if self.persistent else 1)
+        return 2 * (q_tiles + 2 * self.num_stages * self.block_n * head_dim)
 
 
 #: Candidates per head size, default first. All compile for sm_90a without spills
-#: (``scripts/hopper_attention_compile.py``); which is fastest is for a GPU run to say.
+#: (``scripts/hopper_attention_compile.py``). The defaults are the fastest measured on an H100
+#: (``scripts/hopper_attention_check.py --variants all``, docs/attention.md): at head size 64
+#: three consumer warpgroups (1.04x cuDNN at S4096 against 0.92x with two).
 _VARIANTS: dict[int, tuple[str, ...]] = {
-    64: ("m64n128s2pp", "m64n128s2np", "m64n128s3pp", "m128n64s2pp"),
-    128: ("m64n128s2pp", "m64n128s2np", "m64n64s3pp", "m64n128s3pp"),
+    64: (
+        "m64n128s2pp_w3", "m64n128s2pp", "m64n128s2np", "m64n128s3pp", "m128n64s2pp",
+        "m64n128s2pp_p", "m64n128s3pp_p",
+    ),
+    128: ("m64n128s2pp", "m64n128s2np", "m64n64s3pp", "m64n128s3pp", "m64n128s2pp_p", "m64n128s2np_p"),
     256: ("m64n64s2pp", "m64n64s2np"),
-}
+}  # fmt: skip
 HEAD_DIMS = tuple(_VARIANTS)
 
 
@@ -69,24 +109,38 @@ def variant_names(head_dim: int) -> tuple[str, ...]:
 
 
 def parse_variant(name: str) -> Variant:
-    """``m64n128s2pp`` -> Variant(64, 128, 2, pingpong=True)."""
-    match = re.fullmatch(r"m(\d+)n(\d+)s(\d+)(pp|np)", name.strip())
+    """``m64n128s2pp_w3p`` -> Variant(64, 128, 2, pingpong=True, num_wg=3, persistent=True)."""
+    match = re.fullmatch(r"m(\d+)n(\d+)s(\d+)(pp|np)(?:_(?=.)(w3)?(p)?)?", name.strip())
     if match is None:
         raise InvalidArgumentError(
-            f"hopper attention variant {name!r} is not of the form m<rows>n<keys>s<stages>pp|np"
+            f"hopper attention variant {name!r} is not of the form "
+            "m<rows>n<keys>s<stages>pp|np[_[w3][p]]"
         )
     rows, keys, stages = (int(match.group(i)) for i in (1, 2, 3))
-    if rows not in (64, 128) or keys not in (64, 128) or stages not in (2, 3, 4):
+    if rows not in (64, 128) or keys not in (64, 128, 192, 256) or stages not in (2, 3, 4):
         raise InvalidArgumentError(
             f"hopper attention variant {name!r}: rows per warpgroup 64/128, key block "
-            "64/128, stages 2-4"
+            "64/128/192/256, stages 2-4"
         )
-    return Variant(rows, keys, stages, match.group(4) == "pp")
+    return Variant(
+        rows,
+        keys,
+        stages,
+        match.group(4) == "pp",
+        num_wg=3 if match.group(5) else 2,
+        persistent=bool(match.group(6)),
+    )
 
 
 def _variant(head_dim: int, given: str | None) -> Variant:
     name = given or os.environ.get(VARIANT_ENV) or _VARIANTS[head_dim][0]
-    return parse_variant(name)
+    variant = parse_variant(name)
+    if variant.smem_bytes(head_dim) > _SMEM_LIMIT:
+        raise InvalidArgumentError(
+            f"hopper attention variant {name!r} needs {variant.smem_bytes(head_dim)} bytes of "
+            f"shared memory at head size {head_dim}; a CTA has {_SMEM_LIMIT}"
+        )
+    return variant
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -135,12 +189,25 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         )
 
 
-def _tma_ready(x: torch.Tensor) -> torch.Tensor:
-    """The tensor itself when TMA can address it (unit-stride head dimension, 16-byte aligned
-    base and strides), else a contiguous copy."""
+def _tma_addressable(x: torch.Tensor) -> bool:
+    """Whether TMA can address the tensor: unit-stride head dimension, 16-byte aligned base
+    and strides."""
     size = x.element_size()
     aligned = x.data_ptr() % 16 == 0 and all((s * size) % 16 == 0 for s in x.stride()[:3])
-    return x if x.stride(3) == 1 and aligned else x.contiguous()
+    return x.stride(3) == 1 and aligned
+
+
+def _tma_ready(x: torch.Tensor) -> torch.Tensor:
+    """The tensor itself when TMA can address it, else a contiguous copy."""
+    return x if _tma_addressable(x) else x.contiguous()
+
+
+def _check_out(out: torch.Tensor, q: torch.Tensor) -> None:
+    if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
+        raise InvalidArgumentError(
+            f"hopper attention: out is {tuple(out.shape)} {out.dtype} on {out.device}; it must "
+            f"be the query's {tuple(q.shape)} {q.dtype} on {q.device}"
+        )
 
 
 def _descriptor(x: torch.Tensor, rows: int) -> Any:
@@ -155,6 +222,70 @@ def _descriptor(x: torch.Tensor, rows: int) -> Any:
     return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, rows, head_dim], layout)
 
 
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    import torch
+
+    return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
+
+
+def _grid(config: Variant, q: torch.Tensor, k: torch.Tensor) -> tuple[tuple[int, ...], int]:
+    """The launch grid and the L2 section (batch x heads per section) of the persistent
+    order: a power of two key/value heads whose keys and values fit the section's bytes,
+    times the query heads sharing each."""
+    batch, heads, seqlen_q, head_dim = q.shape
+    kv_heads, seqlen_k = k.shape[1], k.shape[2]
+    m_tiles = math.ceil(seqlen_q / config.block_m)
+    if not config.persistent:
+        return (m_tiles, batch * heads), 1
+    kv_bytes = 2 * seqlen_k * head_dim * k.element_size()
+    fit = max(1, _L2_SECTION_BYTES // kv_bytes)
+    section = min((1 << (fit.bit_length() - 1)) * (heads // kv_heads), batch * heads)
+    return (min(m_tiles * batch * heads, _sm_count(q.device.index)),), section
+
+
+def _launch(
+    config: Variant,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool,
+    scale: float,
+) -> None:
+    from xpuruntime.kernels.attention import _hopper_kernels
+
+    batch, heads, seqlen_q, head_dim = q.shape
+    kv_heads, seqlen_k = k.shape[1], k.shape[2]
+    grid, section = _grid(config, q, k)
+    _hopper_kernels._xrt_attn_fwd_hopper[grid](
+        _descriptor(q, config.block_m_wg),
+        _descriptor(k, config.block_n),
+        _descriptor(v, config.block_n),
+        _descriptor(out, config.block_m_wg),
+        lse,
+        seqlen_q,
+        seqlen_k,
+        heads,
+        heads // kv_heads,
+        batch * heads,
+        section,
+        scale * _LOG2E,
+        HEAD_DIM=head_dim,
+        BLOCK_M_WG=config.block_m_wg,
+        BLOCK_N=config.block_n,
+        NUM_STAGES=config.num_stages,
+        CAUSAL=causal,
+        PINGPONG=config.pingpong,
+        CONSUMER_REGS=config.consumer_regs,
+        PRODUCER_REGS=config.producer_regs,
+        NUM_WG=config.num_wg,
+        PERSISTENT=config.persistent,
+        num_warps=4,
+    )
+
+
 def hopper_attention_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -163,6 +294,8 @@ def hopper_attention_forward(
     causal: bool,
     scale: float | None = None,
     variant: str | None = None,
+    stream: int | None = None,
+    out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(output, log-sum-exp) of softmax(scale · Q Kᵀ) V on an H100/H200.
 
@@ -173,51 +306,41 @@ def hopper_attention_forward(
     ``is_causal``. The output has the query's shape, dtype and strides; the log-sum-exp is
     float32 (batch, heads, seqlen_q), natural log, as :func:`.launch.forward` returns it.
     ``variant`` (default: ``XPURUNTIME_HOPPER_ATTENTION_VARIANT`` or the head size's first)
-    picks the tiles and schedule.
+    picks the tiles and schedule. ``stream`` (a raw ``cudaStream_t``; default: the current
+    stream) is the stream the work runs on; the current stream is left as it was. ``out``
+    (the query's shape, dtype and device) receives the output and is returned; when TMA cannot
+    address it (unaligned strides), the kernel writes a temporary that is then copied there.
     """
     import torch
 
     _check(q, k, v)
-    from xpuruntime.kernels.attention import _hopper_kernels  # Triton: only past the checks
+    if out is not None:
+        _check_out(out, q)
+    # Triton only past the checks; launch's stream context is the one xrt_flash uses.
+    from xpuruntime.kernels.attention.launch import _on_device
 
     batch, heads, seqlen_q, head_dim = q.shape
-    kv_heads, seqlen_k = k.shape[1], k.shape[2]
+    seqlen_k = k.shape[2]
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
     config = _variant(head_dim, variant)
-    q, k, v = (_tma_ready(x) for x in (q, k, v))
-    out = torch.empty_like(q)  # the query's strides: TMA-ready as the query is
-    lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
-    if batch * heads * seqlen_q == 0:
-        return out, lse
-    if seqlen_k == 0:  # no key: zeros and -inf, as the Triton forward returns
-        return out.zero_(), lse.fill_(float("-inf"))
-    if batch * heads > 65535:  # the grid's second dimension
+    if batch * heads > 65535 and not config.persistent:  # the grid's second dimension
         raise UnsupportedOperationError(
             f"hopper attention launches one CTA row per (batch, head): {batch * heads} is past "
             "CUDA's 65535 limit on a grid's y dimension"
         )
-    block_m = 2 * config.block_m_wg
-    grid = (math.ceil(seqlen_q / block_m), batch * heads)
-    with torch.cuda.device(q.device):
-        _hopper_kernels._xrt_attn_fwd_hopper[grid](
-            _descriptor(q, config.block_m_wg),
-            _descriptor(k, config.block_n),
-            _descriptor(v, config.block_n),
-            _descriptor(out, config.block_m_wg),
-            lse,
-            seqlen_q,
-            seqlen_k,
-            heads,
-            heads // kv_heads,
-            scale * _LOG2E,
-            HEAD_DIM=head_dim,
-            BLOCK_M_WG=config.block_m_wg,
-            BLOCK_N=config.block_n,
-            NUM_STAGES=config.num_stages,
-            CAUSAL=causal,
-            PINGPONG=config.pingpong,
-            CONSUMER_REGS=config.consumer_regs,
-            PRODUCER_REGS=config.producer_regs,
-            num_warps=4,
-        )
+    with _on_device(q.device, stream):
+        q, k, v = (_tma_ready(x) for x in (q, k, v))
+        # The kernel's output: the caller's tensor when TMA can address it, else one with the
+        # query's (TMA-ready) strides, copied into ``out`` afterwards.
+        target = out if out is not None and _tma_addressable(out) else torch.empty_like(q)
+        lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
+        if seqlen_k == 0:  # no key: zeros and -inf, as the Triton forward returns
+            target.zero_()
+            lse.fill_(float("-inf"))
+        elif target.numel():
+            _launch(config, q, k, v, target, lse, causal, scale)
+        if out is None:
+            return target, lse
+        if target is not out:
+            out.copy_(target)
     return out, lse

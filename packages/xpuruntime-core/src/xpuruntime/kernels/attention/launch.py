@@ -33,7 +33,7 @@ from xpuruntime.kernels.attention import _kernels
 from xpuruntime.kernels.attention.tiles import Pass, TileConfig, candidates, interpreter_tiles
 from xpuruntime.runtime.errors import UnsupportedOperationError, XpuRuntimeError
 
-__all__ = ["Layout", "Varlen", "backward", "forward", "set_tuning"]
+__all__ = ["Layout", "Varlen", "backward", "forward", "hopper_forward", "set_tuning"]
 
 Layout = Literal["bshd", "bhsd", "thd"]
 _LOG2E = 1.4426950408889634
@@ -368,6 +368,36 @@ def forward(
     if not tma_ok and "tma" in detail:
         detail += "; tma off (unaligned base or strides)"
     return out, lse, "triton forward " + detail
+
+
+def hopper_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    scale: float | None,
+    layout: Literal["bshd", "bhsd"],
+    stream: int | None = None,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """:func:`forward`'s contract on ``xrt_flash_hopper``, the Gluon Hopper forward
+    (:mod:`.hopper`): dense inputs only; the output allocated contiguous in the inputs' layout
+    unless ``out`` is given; the log-sum-exp :func:`backward` takes."""
+    from xpuruntime.kernels.attention.hopper import VARIANT_ENV, hopper_attention_forward
+
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+
+    def bhsd(x: torch.Tensor) -> torch.Tensor:  # the kernel's (batch, heads, seq, dim) view
+        return x.transpose(1, 2) if layout == "bshd" else x
+
+    _, lse = hopper_attention_forward(
+        bhsd(q), bhsd(k), bhsd(v), causal=causal, scale=scale, stream=stream, out=bhsd(out)
+    )
+    detail = "gluon hopper forward (warp-specialised)"
+    chosen = os.environ.get(VARIANT_ENV)  # else the kernel's own default for the head size
+    return out, lse, detail + (f" variant {chosen} (from {VARIANT_ENV})" if chosen else "")
 
 
 def backward(

@@ -1,4 +1,5 @@
-"""What ``xrt_flash`` can run, asked by the dispatcher before anything is imported or compiled.
+"""What ``xrt_flash``, ``xrt_flash_fp8`` and ``xrt_flash_hopper`` can run, asked by the
+dispatcher before anything is imported or compiled.
 
 The dispatcher's query for ``attention`` carries the shape
 ``[batch, seqlen_q, seqlen_k, heads, kv_heads, head_dim, causal, varlen]`` (the two flags as
@@ -13,10 +14,19 @@ import importlib.util
 import os
 from collections.abc import Sequence
 
+from xpuruntime.kernels.attention.hopper import HEAD_DIMS as HOPPER_HEAD_DIMS
 from xpuruntime.kernels.attention.tiles import FP8_HEAD_DIMS, HEAD_DIMS
 from xpuruntime.runtime.device import split_device
 
-__all__ = ["QUERY_FIELDS", "fp8_unsupported_reason", "query_shape", "unsupported_reason"]
+__all__ = [
+    "QUERY_FIELDS",
+    "fp8_unsupported_reason",
+    "hopper_capability_reason",
+    "hopper_query_reason",
+    "hopper_unsupported_reason",
+    "query_shape",
+    "unsupported_reason",
+]
 
 QUERY_FIELDS = (
     "batch",
@@ -34,6 +44,9 @@ MIN_CAPABILITY = (8, 0)
 FP8_DTYPES = ("float16", "bfloat16")
 #: fp8 tensor-core instructions: Ada (8.9) and Hopper (9.0) onwards.
 FP8_MIN_CAPABILITY = (8, 9)
+#: The Gluon Hopper forward is compiled for sm_90a: wgmma, TMA and setmaxnreg, none of which
+#: a later architecture runs as sm_90a code.
+HOPPER_CAPABILITY = (9, 0)
 
 
 def query_shape(
@@ -145,3 +158,69 @@ def fp8_unsupported_reason(op: str, shape: Sequence[int], dtype: str, device: st
     if device == "cpu" or not device.startswith("cuda"):
         return _device_reason(device, FP8_MIN_CAPABILITY)
     return _missing_packages() or _device_reason(device, FP8_MIN_CAPABILITY)
+
+
+@functools.cache
+def _missing_gluon() -> str:
+    # find_spec of a submodule imports its parents (and raises when one is missing): Triton is
+    # imported here, on a GPU query only.
+    try:
+        found = importlib.util.find_spec("triton.experimental.gluon.nvidia.hopper") is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
+        return (
+            "needs a Triton with Gluon's Hopper support (triton.experimental.gluon.nvidia."
+            "hopper), which this Triton lacks"
+        )
+    return ""
+
+
+def hopper_query_reason(op: str, shape: Sequence[int], dtype: str, device: str) -> str:
+    """'' when ``xrt_flash_hopper`` can run the query as far as its metadata says (op,
+    shape, dtype, device kind), else why not; the GPU's compute capability is
+    :func:`hopper_capability_reason`'s."""
+    if dtype not in DTYPES and op == "attention" and len(shape) == len(QUERY_FIELDS):
+        return f"supports float16 and bfloat16, not {dtype} (cast the inputs, or use autocast)"
+    reason = _shape_reason(op, shape, HOPPER_HEAD_DIMS)
+    if reason:
+        return reason
+    if shape[QUERY_FIELDS.index("varlen")]:
+        return (
+            "takes dense batches only, not packed variable-length sequences (cu_seqlens), "
+            "which xrt_flash runs"
+        )
+    spec = split_device(device)
+    if spec is None or spec.kind != "cuda":
+        where = "the CPU" if device == "cpu" else device
+        return (
+            f"runs on NVIDIA Hopper GPUs only (compute capability 9.0: H100, H200), not on {where}"
+        )
+    return ""
+
+
+def hopper_capability_reason(device: str, capability: tuple[int, int] | None) -> str:
+    """'' when a CUDA device of ``capability`` (None: not seen by PyTorch) runs
+    ``xrt_flash_hopper``, else why not."""
+    if capability is None:
+        return f"PyTorch sees no CUDA device {device}"
+    if capability != HOPPER_CAPABILITY:
+        return (
+            f"is compiled for sm_90a only (Hopper: H100, H200), and {device} is compute "
+            f"capability {capability[0]}.{capability[1]} (xrt_flash runs other GPUs)"
+        )
+    return ""
+
+
+def hopper_unsupported_reason(op: str, shape: Sequence[int], dtype: str, device: str) -> str:
+    """'' when ``xrt_flash_hopper`` can run the query, else why not (shown to the user)."""
+    reason = hopper_query_reason(op, shape, dtype, device)
+    if reason:
+        return reason
+    spec = split_device(device)
+    assert spec is not None  # hopper_query_reason accepted a CUDA device
+    return (
+        _missing_packages()
+        or _missing_gluon()
+        or hopper_capability_reason(device, _capability(spec.ordinal))
+    )

@@ -1,6 +1,6 @@
-"""The core's attention kernels seen from PyTorch: ask its dispatcher whether ``xrt_flash``
-can run a call, and launch it on PyTorch's tensors (the norms have their own module,
-:mod:`._norm_kernels`)."""
+"""The core's attention kernels seen from PyTorch: ask its dispatcher which of ``xrt_flash`` /
+``xrt_flash_hopper`` runs a call, and launch it on PyTorch's tensors (the norms have their own
+module, :mod:`._norm_kernels`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from xpuruntime.policies import KernelPolicy
 from xpuruntime.runtime.dispatch import dispatcher
 from xpuruntime.runtime.errors import XpuRuntimeError
 
-__all__ = ["attention_backward", "attention_forward", "attention_unsupported"]
+__all__ = ["attention_backward", "attention_forward", "attention_kernel"]
 
 
 def _dtype_name(tensor: Tensor) -> str:
@@ -28,34 +28,46 @@ def _device_name(tensor: Tensor) -> str:
     return "cpu" if tensor.device.type == "cpu" else f"cuda:{tensor.device.index or 0}"
 
 
-def attention_unsupported(query: Tensor, key: Tensor, is_causal: bool) -> str:
-    """'' when the core's ``xrt_flash`` can run this SDPA-layout call, else the dispatcher's
-    message saying why not (the resolution is cached and logged by the core)."""
+def attention_kernel(query: Tensor, key: Tensor, is_causal: bool, kernel: str) -> tuple[str, str]:
+    """(the core kernel that runs this SDPA-layout call, '') under a pin of ``kernel``, or
+    ('', the dispatcher's message saying why not). The kernel is the dispatcher's decision:
+    the pinned one, or the locked one while a decision lockfile replays (the resolution is
+    cached and logged by the core)."""
     batch, heads, seqlen_q, head_dim = query.shape
     shape = xrt_attention.query_shape(
         batch=batch, seqlen_q=seqlen_q, seqlen_k=key.shape[2], heads=heads,
         kv_heads=key.shape[1], head_dim=head_dim, causal=is_causal, varlen=False,
     )  # fmt: skip
     try:
-        dispatcher.resolve(
-            xrt_attention.OP, shape, _dtype_name(query), _device_name(query), _pin_attention()
+        decision = dispatcher.resolve(
+            xrt_attention.OP, shape, _dtype_name(query), _device_name(query), _pin(kernel)
         )
     except XpuRuntimeError as error:
-        return str(error)
-    return ""
+        return "", str(error)
+    if decision.kernel not in (xrt_attention.KERNEL, xrt_attention.HOPPER_KERNEL):
+        # A replayed lock may name another attention kernel for this signature.
+        return "", (
+            f"the dispatcher resolved attention to {decision.kernel!r} ({decision.reason}), "
+            "which fused_attention does not run"
+        )
+    return decision.kernel, ""
 
 
 @functools.cache
-def _pin_attention() -> KernelPolicy:
-    return KernelPolicy(attention=xrt_attention.KERNEL)
+def _pin(kernel: str) -> KernelPolicy:
+    return KernelPolicy(attention=kernel)
 
 
 def attention_forward(
-    query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: float | None
+    query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: float | None, kernel: str
 ) -> tuple[Tensor, Tensor, str]:
-    """(output, log-sum-exp, detail) of ``xrt_flash`` on SDPA-layout tensors."""
+    """(output, log-sum-exp, detail) of the core's ``kernel`` on SDPA-layout tensors."""
     from xpuruntime.kernels.attention import launch
 
+    if kernel == xrt_attention.HOPPER_KERNEL:
+        return launch.hopper_forward(
+            query, key, value, causal=is_causal, scale=scale, layout="bhsd"
+        )
     return launch.forward(query, key, value, causal=is_causal, scale=scale, layout="bhsd")
 
 
@@ -69,7 +81,8 @@ def attention_backward(
     is_causal: bool,
     scale: float | None,
 ) -> tuple[Tensor, Tensor, Tensor, str]:
-    """(dq, dk, dv, detail) of ``xrt_flash`` on SDPA-layout tensors."""
+    """(dq, dk, dv, detail) of ``xrt_flash``'s backward on SDPA-layout tensors (the backward
+    of both core kernels: they share the log-sum-exp)."""
     from xpuruntime.kernels.attention import launch
 
     return launch.backward(

@@ -1,6 +1,7 @@
 """``fused_attention``: scaled dot-product attention on the kernel the policy names.
 
-``xrt_flash`` runs xpuruntime's own Triton kernels (:mod:`.xrt_attention`). ``flash_v2``,
+``xrt_flash`` runs xpuruntime's own Triton kernels, ``xrt_flash_hopper`` its Gluon Hopper
+forward with the Triton backward (:mod:`.xrt_attention`). ``flash_v2``,
 ``efficient`` and ``cudnn`` are PyTorch's own backends, called through their ATen entry
 points (:mod:`.sdpa_entries`): no process-wide SDPA switch is touched, and training runs the
 backend's own backward on the log-sum-exp its forward kept. ``math`` is PyTorch's math
@@ -250,7 +251,8 @@ def fused_attention(
     """Fused multi-head attention, ``(batch, heads, seq, head_dim)`` in and out.
 
     Runs xpuruntime's own Triton kernels when the policy's ``attention`` entry is
-    ``xrt_flash``; PyTorch's backend the entry names (``flash_v2``, ``efficient``,
+    ``xrt_flash``, its Hopper forward (and the Triton backward) under ``xrt_flash_hopper``;
+    PyTorch's backend the entry names (``flash_v2``, ``efficient``,
     ``cudnn``, ``math``) through its own ATen entry point; or PyTorch's own choice when the
     policy names none. ``scale`` defaults to ``1/sqrt(head_dim)``. With ``enable_gqa`` key and
     value may have fewer heads than the query (a divisor of them), as in SDPA.
@@ -267,11 +269,13 @@ def fused_attention(
     needs_grad = torch.is_grad_enabled() and (
         query.requires_grad or key.requires_grad or value.requires_grad
     )
-    if kernel == xrt_attention.KERNEL:
-        reason = xrt_attention.call_unsupported(attn_mask, dropout_p, needs_grad)
+    if kernel in xrt_attention.KERNELS:
+        reason = xrt_attention.call_unsupported(kernel, attn_mask, dropout_p, needs_grad)
         if not reason:
-            return xrt_attention.xrt_flash_attention(query, key, value, is_causal, scale, mode)
-        xrt_attention.refuse(reason, mode, query)
+            return xrt_attention.xrt_flash_attention(
+                query, key, value, is_causal, scale, mode, kernel
+            )
+        xrt_attention.refuse(kernel, reason, mode, query)
         kernel, mode = "auto", "auto"
     if enable_gqa and key.shape[-3] != query.shape[-3]:
         # The SDPA backends get the key/value heads repeated, as SDPA's own enable_gqa does.

@@ -1,14 +1,16 @@
-"""``xrt_flash`` in PyTorch: the core's Triton attention kernels as differentiable custom ops.
+"""``xrt_flash`` in PyTorch: the core's attention kernels as differentiable custom ops.
 
 :func:`~xpuruntime.pytorch.ops.fused_attention` runs these when the policy's ``attention``
-entry names ``xrt_flash``. The forward op returns the output and the log-sum-exp, which autograd
-saves for the backward op (dq, dk, dv from the core's backward kernels; no recomputation of
-the forward). Whether the kernel can serve a call is decided inside the ops, at run time, so
+entry names ``xrt_flash`` (the Triton kernels) or ``xrt_flash_hopper`` (the Gluon Hopper
+forward; the op's ``kernel`` argument, default ``xrt_flash``). The forward op returns the output
+and the log-sum-exp, which autograd saves for the backward op (dq, dk, dv from the core's
+Triton backward kernels, which both forwards' log-sum-exp feeds; no recomputation of the
+forward). Whether the kernel can serve a call is decided inside the ops, at run time, so
 ``torch.compile(fullgraph=True)`` traces one opaque op either way; the fake implementations
 give the output shapes. Launches allocate through PyTorch's caching allocator on the current
 stream, so the ops can be captured in CUDA graphs (after a first, compiling call).
 
-An ``xrt_flash`` that cannot serve a call follows the kernel fallback rule: pinned under
+A kernel that cannot serve a call follows the kernel fallback rule: pinned under
 ``fallback="error"`` it raises :class:`~xpuruntime.runtime.errors.UnsupportedOperationError`
 with the reason; otherwise it falls back to PyTorch's own SDPA, warned or recorded.
 """
@@ -21,39 +23,50 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from xpuruntime.kernels.attention import KERNEL
+from xpuruntime.kernels.attention import HOPPER_KERNEL, KERNEL
 from xpuruntime.pytorch import policy
 from xpuruntime.pytorch._compat import HAS_CUSTOM_OP, autograd_inside_kernel
 from xpuruntime.pytorch.ops import _core_kernels
 from xpuruntime.pytorch.ops._policy import describe, fall_back
 
-__all__ = ["KERNEL", "call_unsupported", "refuse", "xrt_flash_attention"]
+__all__ = ["KERNELS", "call_unsupported", "refuse", "xrt_flash_attention"]
+
+#: The policy's attention kernels these ops run, and what the record calls each.
+KERNELS = {
+    KERNEL: "xpuruntime's Triton kernels",
+    HOPPER_KERNEL: (
+        "xpuruntime's Gluon Hopper forward (its backward, where one runs: xrt_flash's Triton "
+        "kernels, no Hopper backward yet)"
+    ),
+}
 
 
-def call_unsupported(attn_mask: Tensor | None, dropout_p: float, needs_grad: bool) -> str:
-    """Why ``xrt_flash`` cannot serve a call for reasons outside the tensors' shapes ('' if none)."""
+def call_unsupported(
+    kernel: str, attn_mask: Tensor | None, dropout_p: float, needs_grad: bool
+) -> str:
+    """Why ``kernel`` cannot serve a call for reasons outside the tensors' shapes ('' if none)."""
     if attn_mask is not None:
-        return "xrt_flash takes no attn_mask (use is_causal, or another kernel)"
+        return f"{kernel} takes no attn_mask (use is_causal, or another kernel)"
     if dropout_p > 0.0 and needs_grad:
-        return "xrt_flash has no attention dropout"
+        return f"{kernel} has no attention dropout"
     if not HAS_CUSTOM_OP:
-        return "xrt_flash's autograd needs torch.library.custom_op (PyTorch 2.4 or newer)"
+        return f"{kernel}'s autograd needs torch.library.custom_op (PyTorch 2.4 or newer)"
     return ""
 
 
-def refuse(reason: str, mode: str, example: Tensor) -> None:
-    """``xrt_flash`` cannot serve this call: the kernel fallback rule (a pin under
+def refuse(kernel: str, reason: str, mode: str, example: Tensor) -> None:
+    """``kernel`` cannot serve this call: the kernel fallback rule (a pin under
     fallback='error' raises UnsupportedOperationError; otherwise the fallback to PyTorch's
     SDPA is warned or recorded)."""
     fall_back(
         "attention",
-        KERNEL,
+        kernel,
         mode,
         "torch",
         f"{reason} (query {tuple(example.shape)} {example.dtype} on {example.device})",
     )
     policy.note_decision(
-        "attention", "torch", mode, f"fallback from {KERNEL}: {reason}", **describe(example)
+        "attention", "torch", mode, f"fallback from {kernel}: {reason}", **describe(example)
     )
 
 
@@ -71,23 +84,37 @@ def _lse_shape(query: Tensor) -> tuple[int, int, int]:
 
 
 def _forward(
-    query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: float | None, mode: str
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    is_causal: bool,
+    scale: float | None,
+    mode: str,
+    kernel: str = KERNEL,
 ) -> tuple[Tensor, Tensor]:
-    reason = _core_kernels.attention_unsupported(query, key, is_causal)
-    if not reason:
-        out, lse, detail = _core_kernels.attention_forward(query, key, value, is_causal, scale)
+    chosen, reason = _core_kernels.attention_kernel(query, key, is_causal, kernel)
+    if chosen:
+        out, lse, detail = _core_kernels.attention_forward(
+            query, key, value, is_causal, scale, chosen
+        )
         policy.note_decision(
-            "attention", KERNEL, mode, f"xpuruntime's Triton kernels; {detail}", **describe(query)
+            "attention", chosen, mode, f"{KERNELS[chosen]}; {detail}", **describe(query)
         )
         return out, lse
-    refuse(reason, mode, query)
+    refuse(kernel, reason, mode, query)
     out = _sdpa(query, key, value, is_causal, scale).contiguous()
     # PyTorch's SDPA does not return it; the fallback backward recomputes instead.
     return out, query.new_full(_lse_shape(query), float("nan"), dtype=torch.float32)
 
 
 def _forward_fake(
-    query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: float | None, mode: str
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    is_causal: bool,
+    scale: float | None,
+    mode: str,
+    kernel: str = KERNEL,
 ) -> tuple[Tensor, Tensor]:
     return torch.empty_like(query, memory_format=torch.contiguous_format), query.new_empty(
         _lse_shape(query), dtype=torch.float32
@@ -104,8 +131,10 @@ def _backward(
     is_causal: bool,
     scale: float | None,
     mode: str,
+    kernel: str = KERNEL,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    if not _core_kernels.attention_unsupported(query, key, is_causal):
+    chosen, _ = _core_kernels.attention_kernel(query, key, is_causal, kernel)
+    if chosen:  # either kernel's forward: xrt_flash's backward on its log-sum-exp
         dq, dk, dv, _ = _core_kernels.attention_backward(
             grad, query, key, value, out, lse, is_causal, scale
         )
@@ -128,6 +157,7 @@ def _backward_fake(
     is_causal: bool,
     scale: float | None,
     mode: str,
+    kernel: str = KERNEL,
 ) -> tuple[Tensor, Tensor, Tensor]:
     return tuple(  # type: ignore[return-value]
         torch.empty_like(t, memory_format=torch.contiguous_format) for t in (query, key, value)
@@ -135,10 +165,10 @@ def _backward_fake(
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-    query, key, value, is_causal, scale, mode = inputs
+    query, key, value, is_causal, scale, mode, kernel = inputs
     out, lse = output
     ctx.save_for_backward(query, key, value, out, lse)
-    ctx.is_causal, ctx.scale, ctx.mode = is_causal, scale, mode
+    ctx.is_causal, ctx.scale, ctx.mode, ctx.kernel = is_causal, scale, mode, kernel
     # The log-sum-exp gets no gradient: without this autograd would fill a zero tensor for
     # it on every backward (an elementwise kernel the training step does not need).
     ctx.mark_non_differentiable(lse)
@@ -149,12 +179,13 @@ def _autograd_backward(
     ctx: Any, grad: Tensor | None, _grad_lse: Tensor | None
 ) -> tuple[Tensor | None, ...]:
     if grad is None:  # the output took no part in the loss
-        return None, None, None, None, None, None
+        return None, None, None, None, None, None, None
     query, key, value, out, lse = ctx.saved_tensors
     dq, dk, dv = torch.ops.xpuruntime.xrt_flash_attention_backward(
-        grad.contiguous(), query, key, value, out, lse, ctx.is_causal, ctx.scale, ctx.mode
-    )
-    return dq, dk, dv, None, None, None
+        grad.contiguous(), query, key, value, out, lse, ctx.is_causal, ctx.scale, ctx.mode,
+        ctx.kernel,
+    )  # fmt: skip
+    return dq, dk, dv, None, None, None, None
 
 
 if HAS_CUSTOM_OP:
@@ -170,11 +201,18 @@ if HAS_CUSTOM_OP:
 
 
 def xrt_flash_attention(
-    query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: float | None, mode: str
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    is_causal: bool,
+    scale: float | None,
+    mode: str,
+    kernel: str = KERNEL,
 ) -> Tensor:
-    """The output of the ``xrt_flash`` custom op on (batch, heads, seq, head_dim) tensors;
-    key/value may have fewer heads (grouped-query attention)."""
+    """The output of the ``xrt_flash`` custom op running ``kernel`` (``xrt_flash`` or
+    ``xrt_flash_hopper``) on (batch, heads, seq, head_dim) tensors; key/value may have fewer
+    heads (grouped-query attention)."""
     out, _lse = torch.ops.xpuruntime.xrt_flash_attention(
-        query, key, value, is_causal, None if scale is None else float(scale), mode
+        query, key, value, is_causal, None if scale is None else float(scale), mode, kernel
     )
     return out  # type: ignore[no-any-return]

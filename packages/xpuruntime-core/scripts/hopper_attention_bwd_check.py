@@ -1,0 +1,344 @@
+"""GPU check of the Gluon Hopper attention backward: accuracy against float32, speed against cuDNN.
+
+    python3 hopper_attention_bwd_check.py [--quick] [--variants all|m64s2n64s2,...] [--timeout 600]
+
+For every configuration (head size 64/128, S 1024-16384 with batch * S = 16384 tokens and
+heads = 2048 / head size, causal and full, bfloat16, plus odd cases: S not a multiple of
+128, GQA 4:1, float16, seqlen_q != seqlen_k) it:
+
+1. runs ``xrt_flash``'s forward (``launch.forward``, layout bhsd) for the output and the
+   log-sum-exp, then the backward under test with a random output gradient;
+2. checks dq, dk and dv against a float32 autograd reference (upcast inputs, softmax
+   attention in chunks of query rows; batch 0, the first and last key/value heads with all
+   their query heads) and prints the maximum absolute errors next to cuDNN's backward (SDPA,
+   autograd) and the Triton backward (``launch.backward``) on the same inputs;
+3. times the backward alone (``triton.testing.do_bench`` medians, rounds interleaved):
+   ours, cuDNN's backward op (``aten._scaled_dot_product_cudnn_attention_backward`` called
+   directly; if that call is refused, cuDNN's forward + backward minus its forward), and the
+   Triton backward; prints TFLOP/s (2.5 x 4 * B * H * Sq * Sk * D, halved when causal) and
+   the ratios.
+
+Every configuration runs in its own subprocess with a time limit, so a failing or hanging
+kernel is reported and the run goes on (``--in-process`` turns that off). Run it from the
+repository root or from this directory; the core's sources are put on the path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hopper_attention_check as fwd_check  # configuration helpers
+
+Config = dict[str, Any]
+_config = fwd_check._config
+
+
+def configs(quick: bool) -> list[Config]:
+    odd = [
+        _config(128, 1000, True, label="S%128!=0"),
+        _config(128, 1000, False, label="S%128!=0"),
+        _config(64, 777, True, label="S%128!=0"),
+        _config(128, 2048, True, kv_ratio=4, label="GQA 4:1"),
+        _config(128, 2048, False, kv_ratio=4, label="GQA 4:1"),
+        _config(64, 2048, True, kv_ratio=4, label="GQA 4:1"),
+        _config(128, 2048, True, dtype="fp16", label="fp16"),
+        _config(64, 2048, False, dtype="fp16", label="fp16"),
+        _config(128, 1000, True, seqlen_k=1500, batch=8, label="Sq<Sk"),
+        _config(128, 1536, True, seqlen_k=520, batch=8, label="Sq>Sk"),
+        _config(64, 300, False, seqlen_k=70, batch=8, label="short"),
+    ]
+    if quick:
+        return [
+            _config(128, 4096, True),
+            _config(128, 4096, False),
+            _config(64, 4096, True),
+            odd[0],
+            odd[3],
+            odd[7],
+        ]
+    main = [
+        _config(hd, s, causal)
+        for hd in (64, 128)
+        for causal in (False, True)
+        for s in (1024, 2048, 4096, 8192, 16384)
+    ]
+    return main + odd
+
+
+def _reference(q: Any, k: Any, v: Any, do: Any, causal: bool, scale: float, kv_heads: list[int]):
+    """float32 autograd gradients of batch 0: {kv_head: (dk, dv, {q_head: dq})}. Softmax
+    attention is row-wise, so chunks of query rows give exact gradients; dk and dv sum
+    over the chunks and over the kv head's group of query heads."""
+    import torch
+
+    group = q.shape[1] // k.shape[1]
+    chunk = 1024
+    grads = {}
+    for kvh in kv_heads:
+        kf = k[0, kvh].float().requires_grad_()
+        vf = v[0, kvh].float().requires_grad_()
+        dk = torch.zeros_like(kf)
+        dv = torch.zeros_like(vf)
+        dqs = {}
+        for h in range(kvh * group, (kvh + 1) * group):
+            rows_dq = []
+            for r0 in range(0, q.shape[2], chunk):
+                qc = q[0, h, r0 : r0 + chunk].float().requires_grad_()
+                s = (qc @ kf.T) * scale
+                if causal:
+                    rows = torch.arange(r0, r0 + s.shape[0], device=s.device)[:, None]
+                    cols = torch.arange(kf.shape[0], device=s.device)[None, :]
+                    s = s.masked_fill(cols > rows, float("-inf"))
+                o = torch.softmax(s, dim=-1) @ vf
+                gq, gk, gv = torch.autograd.grad(o, (qc, kf, vf), do[0, h, r0 : r0 + chunk].float())
+                rows_dq.append(gq)
+                dk += gk
+                dv += gv
+            dqs[h] = torch.cat(rows_dq)
+        grads[kvh] = (dk, dv, dqs)
+    return grads
+
+
+def _errors(grads: dict, dq: Any, dk: Any, dv: Any) -> tuple[float, float, float]:
+    """Max |error| of dq, dk, dv (batch 0) against the reference's heads."""
+    e_dq = e_dk = e_dv = 0.0
+    for kvh, (rdk, rdv, rdqs) in grads.items():
+        e_dk = max(e_dk, (dk[0, kvh].float() - rdk).abs().max().item())
+        e_dv = max(e_dv, (dv[0, kvh].float() - rdv).abs().max().item())
+        for h, rdq in rdqs.items():
+            e_dq = max(e_dq, (dq[0, h].float() - rdq).abs().max().item())
+    return e_dq, e_dk, e_dv
+
+
+def _fmt(errors: tuple[float, float, float] | None) -> str:
+    if errors is None:
+        return "n/a"
+    return "dq {:.2e} dk {:.2e} dv {:.2e}".format(*errors)
+
+
+def _cudnn(q: Any, k: Any, v: Any, do: Any, causal: bool, scale: float) -> dict[str, Any]:
+    """cuDNN's gradients (autograd through SDPA) and a backward-only timing function."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    group = q.shape[1] // k.shape[1]
+    qg, kg, vg = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    kr = kg.repeat_interleave(group, dim=1) if group > 1 else kg
+    vr = vg.repeat_interleave(group, dim=1) if group > 1 else vg
+    mask = None
+    if causal and q.shape[2] != k.shape[2]:
+        # Top-left causal, explicit: SDPA's is_causal alignment is beyond doubt this way.
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        if mask is not None:
+            o = F.scaled_dot_product_attention(qg, kr, vr, attn_mask=mask, scale=scale)
+        else:
+            o = F.scaled_dot_product_attention(qg, kr, vr, is_causal=causal, scale=scale)
+    o.backward(do)
+    result: dict[str, Any] = {"grads": (qg.grad, kg.grad, vg.grad)}
+
+    # Backward-only timing: cuDNN's backward op on the repeated K/V (the GQA group sum is
+    # left out), or forward + backward minus forward if the direct call is refused.
+    kx = k.repeat_interleave(group, dim=1) if group > 1 else k
+    vx = v.repeat_interleave(group, dim=1) if group > 1 else v
+    try:
+        if mask is not None:
+            raise RuntimeError("explicit mask: timed as forward + backward minus forward")
+        fwd = torch.ops.aten._scaled_dot_product_cudnn_attention(
+            q, kx, vx, None, True, 0.0, causal, False, scale=scale
+        )
+        out, lse, cum_q, cum_k, max_q, max_k, seed, offset = fwd[:8]
+        bias = torch.empty(0, device=q.device, dtype=q.dtype)
+
+        def backward() -> Any:
+            return torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+                do, q, kx, vx, out, lse, seed, offset, bias, cum_q, cum_k, max_q, max_k,
+                0.0, causal, scale=scale,
+            )  # fmt: skip
+
+        backward()
+        result["backward"] = backward
+        result["how"] = "cuDNN backward op"
+    except Exception as error:  # the op's signature varies between torch releases
+        leaves = [x.detach().clone().requires_grad_() for x in (q, kx, vx)]
+
+        def forward() -> Any:
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                if mask is not None:
+                    return F.scaled_dot_product_attention(*leaves, attn_mask=mask, scale=scale)
+                return F.scaled_dot_product_attention(*leaves, is_causal=causal, scale=scale)
+
+        def both() -> Any:
+            return torch.autograd.grad(forward(), leaves, do)
+
+        result["forward"] = forward
+        result["both"] = both
+        result["how"] = f"cuDNN fwd+bwd minus fwd ({type(error).__name__}: {str(error)[:60]})"
+    return result
+
+
+def run_one(c: Config, variants: list[str]) -> None:
+    import torch
+    import triton
+
+    from xpuruntime.kernels.attention import hopper_bwd, launch
+
+    torch.manual_seed(0)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[c["dtype"]]
+    dev = torch.device("cuda")
+    b, h, kvh, d = c["batch"], c["heads"], c["kv_heads"], c["head_dim"]
+    sq, sk, causal = c["seqlen_q"], c["seqlen_k"], c["causal"]
+    q = torch.randn(b, h, sq, d, device=dev, dtype=dtype)
+    k = torch.randn(b, kvh, sk, d, device=dev, dtype=dtype)
+    v = torch.randn(b, kvh, sk, d, device=dev, dtype=dtype)
+    do = torch.randn(b, h, sq, d, device=dev, dtype=dtype)
+    scale = 1.0 / math.sqrt(d)
+    flops = 2.5 * 4.0 * b * h * sq * sk * d * (0.5 if causal else 1.0)
+    out, lse, _ = launch.forward(q, k, v, causal=causal, scale=scale, layout="bhsd")
+    grads = _reference(q, k, v, do, causal, scale, sorted({0, kvh - 1}))
+
+    timed: dict[str, Any] = {}
+    peers: dict[str, str] = {}
+    cudnn: dict[str, Any] = {}
+    try:
+        cudnn = _cudnn(q, k, v, do, causal, scale)
+        peers["cuDNN"] = _fmt(_errors(grads, *cudnn["grads"]))
+        print(f"  cuDNN timing: {cudnn['how']}", flush=True)
+    except Exception as error:  # cuDNN refuses some shapes: say so and go on
+        peers["cuDNN"] = f"unavailable ({type(error).__name__}: {str(error)[:80]})"
+    try:
+        tdq, tdk, tdv, _ = launch.backward(
+            do, q, k, v, out, lse, causal=causal, scale=scale, layout="bhsd"
+        )
+        peers["triton"] = _fmt(_errors(grads, tdq, tdk, tdv))
+        timed["triton bwd"] = lambda: launch.backward(
+            do, q, k, v, out, lse, causal=causal, scale=scale, layout="bhsd"
+        )
+    except Exception as error:  # the comparison is optional
+        peers["triton"] = f"unavailable ({type(error).__name__}: {str(error)[:80]})"
+
+    names = variants or [hopper_bwd.variant_names(d)[0]]
+    for name in names:
+        try:
+            dq, dk, dv = hopper_bwd.hopper_attention_backward(
+                do, q, k, v, out, lse, causal=causal, scale=scale, variant=name
+            )
+            torch.cuda.synchronize()
+            nan = any(bool(torch.isnan(x).any().item()) for x in (dq, dk, dv))
+            print(
+                f"  gluon {name}: {_fmt(_errors(grads, dq, dk, dv))}"
+                f"{'  NaN IN GRADIENTS' if nan else ''}\n"
+                f"  {'':>{len(name) + 6}}  cuDNN {peers['cuDNN']}\n"
+                f"  {'':>{len(name) + 6}}  triton {peers['triton']}",
+                flush=True,
+            )
+            timed[f"gluon {name}"] = lambda n=name: hopper_bwd.hopper_attention_backward(
+                do, q, k, v, out, lse, causal=causal, scale=scale, variant=n
+            )
+        except Exception as error:  # report the variant's failure, keep the others
+            print(f"  gluon {name}: FAILED {type(error).__name__}: {str(error)[:300]}", flush=True)
+
+    if "backward" in cudnn:
+        timed["cuDNN bwd"] = cudnn["backward"]
+    elif "both" in cudnn:
+        timed["cuDNN fwd"] = cudnn["forward"]
+        timed["cuDNN fwd+bwd"] = cudnn["both"]
+    times: dict[str, list[float]] = {n: [] for n in timed}
+    for _ in range(3):  # interleaved rounds: clocks and neighbours drift alike for all
+        for name, fn in timed.items():
+            times[name].append(triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median"))
+    medians = {n: sorted(t)[len(t) // 2] for n, t in times.items()}
+    if "cuDNN fwd+bwd" in medians:
+        medians["cuDNN bwd"] = medians.pop("cuDNN fwd+bwd") - medians.pop("cuDNN fwd")
+    base = medians.get("cuDNN bwd")
+    flash = medians.get("triton bwd")
+    for name, ms in medians.items():
+        tflops = flops / (ms * 1e-3) / 1e12
+        ratios = ""
+        if base and name != "cuDNN bwd":
+            ratios += f"  vs cuDNN {base / ms:.2f}x"
+        if flash and name.startswith("gluon"):
+            ratios += f"  vs triton {flash / ms:.2f}x"
+        print(f"  {name:>18}: {ms:8.3f} ms  {tflops:6.1f} TFLOP/s{ratios}", flush=True)
+
+
+def _variants(spec: str, head_dim: int) -> list[str]:
+    from xpuruntime.kernels.attention import hopper_bwd
+
+    if not spec:
+        return []
+    if spec == "all":
+        return list(hopper_bwd.variant_names(head_dim))
+    return [name for name in spec.split(",") if name]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a handful of configurations")
+    parser.add_argument(
+        "--variants",
+        default=os.environ.get("XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT", ""),
+        help="comma-separated variants to run (all: every candidate of the head size); "
+        "default: the head size's default",
+    )
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per configuration")
+    parser.add_argument("--in-process", action="store_true", help="no subprocess per config")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: JSON of one config
+    args = parser.parse_args()
+    for path in (fwd_check.SRC, fwd_check.POLICIES_SRC):
+        sys.path.insert(0, str(path))
+
+    if args.one:
+        config = json.loads(args.one)
+        run_one(config, _variants(args.variants, config["head_dim"]))
+        return 0
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no CUDA device: nothing to check")
+        return 0
+    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
+    failures = 0
+    for config in configs(args.quick):
+        print(fwd_check._describe(config), flush=True)
+        start = time.time()
+        if args.in_process:
+            try:
+                run_one(config, _variants(args.variants, config["head_dim"]))
+            except Exception as error:  # one configuration's failure must not end the run
+                failures += 1
+                print(f"  FAILED {type(error).__name__}: {str(error)[:400]}", flush=True)
+            continue
+        command = [sys.executable, __file__, "--one", json.dumps(config)]
+        command += ["--variants", args.variants]
+        try:
+            result = subprocess.run(command, timeout=args.timeout, text=True, capture_output=True)
+        except subprocess.TimeoutExpired as expired:
+            failures += 1
+            out = expired.stdout if isinstance(expired.stdout, str) else ""
+            print(out.rstrip())
+            print(f"  TIMEOUT after {args.timeout} s (a hang?): config abandoned", flush=True)
+            continue
+        print(result.stdout.rstrip(), flush=True)
+        if result.returncode != 0:
+            failures += 1
+            tail = "\n    ".join(result.stderr.strip().splitlines()[-8:])
+            print(f"  FAILED (exit {result.returncode}):\n    {tail}", flush=True)
+        print(f"  ({time.time() - start:.0f} s)", flush=True)
+    print(f"done: {failures} configuration(s) failed or timed out")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

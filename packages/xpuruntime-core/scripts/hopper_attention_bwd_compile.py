@@ -1,0 +1,165 @@
+"""Compile the Gluon Hopper attention backward offline (no GPU, no torch) and inspect it.
+
+For every configuration it compiles ``_hopper_bwd_kernels._xrt_attn_bwd_dkdv_hopper`` and
+``_xrt_attn_bwd_dq_hopper`` for sm_90a with Triton's own ptxas and reports what ptxas says
+(registers, spill stores/loads, stack), the shared memory, and counts of the instructions
+that show the design is there: wgmma, ``setmaxnreg``, TMA (``cp.async.bulk.tensor``) and
+local-memory traffic (spills). Exits non-zero if a configuration fails to compile or spills.
+
+    python3 packages/xpuruntime-core/scripts/hopper_attention_bwd_compile.py [--out DIR] [--sass]
+
+Needs only ``triton`` (3.6) and numpy; the reporting helpers are the forward's
+(``hopper_attention_compile.py``, next to this script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hopper_attention_compile as fwd  # the forward's reporting helpers
+
+
+def compile_one(
+    kernels: Any, kernel: str, dtype: str, head_dim: int, causal: bool, variant: Any, out_dir: Path
+) -> tuple[str, str, Any]:
+    """Compile the ``dkdv`` or ``dq`` kernel of ``variant``; returns (name, ptx, metadata)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    layout = fwd._layout_repr(head_dim * 2)
+    # The lse₂/delta rows: float32, unswizzled, as hopper_bwd's row descriptors.
+    row_layout = (
+        "NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2, "
+        "transposed=False, fp4_padded=False, cga_layout=[])"
+    )
+
+    def desc(rows: int) -> str:
+        return f"tensordesc<{dtype}[1, 1, {rows}, {head_dim}],{layout}>"
+
+    regs = {"CONSUMER_REGS": variant.consumer_regs, "PRODUCER_REGS": variant.producer_regs}
+    common = {"group": "i32", "qk_scale": "fp32", "scale": "fp32"}
+    if kernel == "dkdv":
+        fn = kernels._xrt_attn_bwd_dkdv_hopper
+        m = variant.dkdv_block_m
+        row = f"tensordesc<fp32[1, {m}],{row_layout}>"
+        signature = {"q_desc": desc(m), "k_desc": desc(64), "v_desc": desc(64), "do_desc": desc(m)}
+        signature |= {"dk_desc": desc(64), "dv_desc": desc(64), "lse_desc": row, "delta_desc": row}
+        signature |= {"seqlen_q": "i32", "num_kv_heads": "i32", **common}
+        constexprs = {"HEAD_DIM": head_dim, "BLOCK_M": m, "NUM_STAGES": variant.dkdv_stages}
+        constexprs |= {"CAUSAL": causal, **regs}
+        tag = f"m{m}s{variant.dkdv_stages}"
+    elif kernel == "dq":
+        fn = kernels._xrt_attn_bwd_dq_hopper
+        n = variant.dq_block_n
+        signature = {"q_desc": desc(64), "k_desc": desc(n), "v_desc": desc(n), "do_desc": desc(64)}
+        signature |= {"dq_desc": desc(64), "LSE2": "*fp32", "DELTA": "*fp32"}
+        signature |= {"seqlen_pad": "i32", "seqlen_k": "i32", "num_heads": "i32", **common}
+        constexprs = {"HEAD_DIM": head_dim, "BLOCK_N": n, "NUM_STAGES": variant.dq_stages}
+        constexprs |= {"CAUSAL": causal, **regs}
+        tag = f"n{n}s{variant.dq_stages}"
+    else:  # prep: delta and lse * log2(e)
+        fn = kernels._xrt_attn_bwd_prep_hopper
+        signature = {"OUT": f"*{dtype}", "DO": f"*{dtype}", "LSE": "*fp32", "LSE2": "*fp32"}
+        signature |= {"DELTA": "*fp32"}
+        for name in ("ob", "oh", "os", "dob", "doh", "dos"):
+            signature[f"stride_{name}"] = "i32"
+        signature |= {"seqlen_q": "i32", "seqlen_pad": "i32", "num_heads": "i32"}
+        constexprs = {"HEAD_DIM": head_dim, "BLOCK": 64}
+        tag = "b64"
+    for key in constexprs:
+        signature[key] = "constexpr"
+    src = GluonASTSource(fn, signature, constexprs)
+    compiled = triton.compile(
+        src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 1}
+    )
+    name = f"bwd_{kernel}_{dtype}_hd{head_dim}_{'causal' if causal else 'full'}_{tag}"
+    (out_dir / f"{name}.ptx").write_text(compiled.asm["ptx"])
+    (out_dir / f"{name}.cubin").write_bytes(compiled.asm["cubin"])
+    return name, compiled.asm["ptx"], compiled.metadata
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "xrt_hopper_bwd"))
+    parser.add_argument("--sass", action="store_true", help="also write the SASS listings")
+    parser.add_argument("--head-dims", default="64,128")
+    parser.add_argument("--variants", default="", help="comma-separated variant names")
+    parser.add_argument("--kernels", default="dkdv,dq,prep")
+    parser.add_argument("--dtypes", default="bf16,fp16")
+    args = parser.parse_args()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for src in fwd.PACKAGES.glob("*/src"):
+        sys.path.insert(0, str(src))
+    from xpuruntime.kernels.attention import _hopper_bwd_kernels as kernels
+    from xpuruntime.kernels.attention import hopper_bwd
+
+    failures = 0
+    for head_dim in (int(h) for h in args.head_dims.split(",")):
+        names = args.variants.split(",") if args.variants else hopper_bwd.variant_names(head_dim)
+        for index, variant in enumerate(hopper_bwd.parse_variant(n) for n in names):
+            for kernel in args.kernels.split(","):
+                if kernel == "prep" and index:  # it has no variants: once per head size
+                    continue
+                for dtype in args.dtypes.split(","):
+                    for causal in (False,) if kernel == "prep" else (False, True):
+                        label = (
+                            f"{kernel:4} {dtype} hd{head_dim} {'causal' if causal else 'full  '}"
+                            f" {variant.name}"
+                        )
+                        try:
+                            name, ptx, meta = compile_one(
+                                kernels, kernel, dtype, head_dim, causal, variant, out_dir
+                            )
+                        except Exception as error:  # report it and go on
+                            failures += 1
+                            first = str(error).strip().splitlines()
+                            print(f"{label}: COMPILE FAILED: {type(error).__name__}: {first[:3]}")
+                            (out_dir / f"{label.replace(' ', '_')}.err").write_text(str(error))
+                            continue
+                        failures += _report(label, name, ptx, meta, out_dir, args.sass)
+    print(f"outputs in {out_dir}; {failures} failing configuration(s)")
+    return 1 if failures else 0
+
+
+def _report(label: str, name: str, ptx: str, meta: Any, out_dir: Path, sass: bool) -> int:
+    """Print one configuration's line; returns 1 if it spills."""
+    log = fwd._ptxas_report(out_dir / f"{name}.ptx")
+    regs = re.findall(r"Used (\d+) registers", log)
+    spill = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    stack = re.findall(r"(\d+) bytes stack frame", log)
+    counts = {
+        "wgmma": ptx.count("wgmma.mma_async"),
+        "setmaxnreg": ptx.count("setmaxnreg"),
+        "tma": ptx.count("cp.async.bulk.tensor"),
+        "local": len(re.findall(r"\b(?:ld|st)\.local", ptx)),
+    }
+    note = ""
+    if sass:
+        listing = fwd._sass(out_dir / f"{name}.cubin")
+        (out_dir / f"{name}.sass").write_text(listing)
+        note = (
+            f" HGMMA={listing.count('HGMMA')} LDL={listing.count('LDL')}"
+            f" STL={listing.count('STL')} SETMAXREG={listing.count('SETMAXREG')}"
+        )
+    warnings = [line.strip() for line in log.splitlines() if "arning" in line]
+    warn = " WARN: " + "; ".join(warnings) if warnings else ""
+    spilled = any(int(a) or int(b) for a, b in spill) or counts["local"] > 0
+    print(
+        f"{label}: regs={','.join(regs)} spill(st,ld)={spill} stack={stack} "
+        f"smem={meta.shared} {counts}{note}{warn}",
+        flush=True,
+    )
+    return int(spilled)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,502 @@
+"""The Hopper (sm_90a) backward of ``xrt_flash``, written in Gluon: FlashAttention-3's layout
+of the work, in two kernels and without atomics.
+
+Both kernels have the forward's shape (:mod:`._hopper_kernels`): one producer warp issues TMA
+loads into ``NUM_STAGES``-deep shared-memory rings (a *ready* mbarrier per slot that the copy
+engine completes, an *empty* one that both consumers arrive on once their wgmmas have read
+the slot), two consumer warpgroups get the registers the producer gives up (``setmaxnreg``
+through ``gl.warp_specialize``), every GEMM is an async ``warpgroup_mma``, and the
+probabilities and their gradient stay in registers as the A operand of the GEMMs that
+consume them (no shared-memory round trip).
+
+- ``_xrt_attn_bwd_dkdv_hopper``: one CTA per 128 keys of one key/value head. Consumer ``w``
+  owns key rows ``w * 64`` to ``+ 64``, keeps its K and V rows in shared memory and its dK
+  and dV in registers, and streams the query and output-gradient tiles of every query head
+  of its group (grouped-query attention sums dK and dV over the group here, so no atomics):
+  Sᵀ = K Qᵀ, Pᵀ = exp2(Sᵀ · qk_scale − lse₂), dV += Pᵀ dO, dPᵀ = V dOᵀ,
+  dSᵀ = Pᵀ ∘ (dPᵀ − delta), dK += dSᵀ Q. Causal: query blocks wholly before the key block
+  are never loaded; only those that cross its diagonal are masked.
+- ``_xrt_attn_bwd_dq_hopper``: one CTA per 128 query rows of one query head (64 per
+  consumer), streaming key and value tiles: S = Q Kᵀ, dP = dO Vᵀ, dS = P ∘ (dP − delta),
+  dQ += dS K. Causal: key blocks past the query block are never loaded.
+
+Recomputing S and dP for dQ costs two GEMMs more than FlashAttention-3's atomic dQ, and buys
+deterministic results.
+
+Numerics follow :mod:`._kernels` exactly: ``qk_scale = scale * log2(e)``, the forward's
+natural-log log-sum-exp used as ``lse * log2(e)``, ``delta = rowsum(dO ∘ O)`` in float32,
+float32 accumulation, dK and dQ scaled by ``scale`` at the end, causal masking top-left
+aligned. A first small kernel (``_xrt_attn_bwd_prep_hopper``) writes ``lse * log2(e)`` and
+delta into float32 (batch x heads, seqlen_pad) buffers padded to 128 rows, so that the dK/dV
+producer can bring each query block's values in by TMA with its Q and dO tiles (the consumers
+read them from shared memory when they need them, instead of holding 2 x 16 registers a thread
+through the GEMMs). Padded rows hold lse₂ = +inf and delta = 0: their probabilities are
+exactly 0 (TMA also fills their Q and dO rows with zeros). Key rows past ``seqlen_k`` are
+zeros too and their dK and dV rows are clipped by the TMA store.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from xpuruntime.kernels.attention._hopper_kernels import _box
+
+LOG2E: gl.constexpr = gl.constexpr(1.4426950408889634)
+#: Rows of a tile that one consumer warpgroup owns (the wgmma M of four warps).
+WG_ROWS: gl.constexpr = gl.constexpr(64)
+
+
+@gluon.jit
+def _release(bar):
+    """Tell the producer that this warpgroup is done with a ring slot: every warp of the
+    group meets first (each is past its wgmma wait), then one thread arrives. (The forward's
+    helper of the same job is being reworked; this one stays the plain, safe form.)"""
+    gl.thread_barrier()
+    mbarrier.arrive(bar, count=1)
+
+
+# ---------------------------------------------------------------------------------------
+# delta and lse * log2(e)
+
+
+@gluon.jit
+def _xrt_attn_bwd_prep_hopper(
+    OUT, DO, LSE, LSE2, DELTA,
+    stride_ob, stride_oh, stride_os, stride_dob, stride_doh, stride_dos,
+    seqlen_q, seqlen_pad, num_heads,
+    HEAD_DIM: gl.constexpr, BLOCK: gl.constexpr,
+):  # fmt: skip
+    """delta = rowsum(dO ∘ O) and lse₂ = lse · log2(e) of BLOCK query rows, into float32
+    (batch x heads, seqlen_pad) buffers; rows past ``seqlen_q`` get delta 0 and lse₂ +inf.
+    ``LSE`` is the forward's contiguous (batch, heads, seqlen_q). Grid (seqlen_pad / BLOCK,
+    batch x heads), num_warps=4."""
+    COL_THREADS: gl.constexpr = HEAD_DIM // 8
+    layout: gl.constexpr = gl.BlockedLayout(
+        [1, 8], [32 // COL_THREADS, COL_THREADS], [4, 1], [1, 0]
+    )
+    bh = gl.program_id(1)
+    b = bh // num_heads
+    h = bh % num_heads
+    rows = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+    inside = rows < seqlen_q
+    mask = gl.expand_dims(inside, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
+    o_ptrs = OUT + (b.to(gl.int64) * stride_ob + h.to(gl.int64) * stride_oh)
+    o_ptrs = o_ptrs + gl.expand_dims(rows.to(gl.int64) * stride_os, 1) + gl.expand_dims(cols, 0)
+    do_ptrs = DO + (b.to(gl.int64) * stride_dob + h.to(gl.int64) * stride_doh)
+    do_ptrs = do_ptrs + gl.expand_dims(rows.to(gl.int64) * stride_dos, 1) + gl.expand_dims(cols, 0)
+    o = gl.load(o_ptrs, mask=mask, other=0.0).to(gl.float32)
+    do = gl.load(do_ptrs, mask=mask, other=0.0).to(gl.float32)
+    delta = gl.sum(o * do, axis=1)
+    lse = gl.load(LSE + bh.to(gl.int64) * seqlen_q + rows, mask=inside, other=float("inf"))
+    padded = bh.to(gl.int64) * seqlen_pad + rows
+    gl.store(DELTA + padded, delta)
+    gl.store(LSE2 + padded, lse * LOG2E)
+
+
+# ---------------------------------------------------------------------------------------
+# dK and dV
+
+
+@gluon.jit
+def _row(buf, n: gl.constexpr, layout: gl.constexpr):
+    """A [1, n] float32 ring slot (a TMA box) read as a length-n vector in ``layout``."""
+    flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    return buf._reinterpret(gl.float32, [n], flat).load(layout)
+
+
+@gluon.jit
+def _dkdv_step(
+    it, m, k, v, q_smem, do_smem, lse_smem, delta_smem, q_ready, do_ready, empty,
+    dk, dv, s_init, row0, qk_scale,
+    BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+):  # fmt: skip
+    """Ring slot ``it`` (query block ``m`` of some query head) against this warpgroup's 64
+    keys from ``row0``."""
+    s_layout: gl.constexpr = s_init.type.layout
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dk.type.layout, k_width=2)
+    cols_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    slot = it % NUM_STAGES
+    phase = (it // NUM_STAGES) & 1
+    q = q_smem.index(slot)
+    do = do_smem.index(slot)
+    mbarrier.wait(q_ready.index(slot), phase)
+    s_tok = warpgroup_mma(k, q.permute((1, 0)), s_init, use_acc=False, is_async=True)
+    mbarrier.wait(do_ready.index(slot), phase)
+    dp_tok = warpgroup_mma(v, do.permute((1, 0)), s_init, use_acc=False, is_async=True)
+    lse2 = _row(lse_smem.index(slot), BLOCK_M, cols_layout)
+    s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+    qk = s * qk_scale
+    if CAUSAL:
+        # Query m sees key n only if m >= n: a block whose first query is at least 64 past
+        # this warpgroup's first key needs no mask (query blocks start on or past row0 - 64).
+        offset = m * BLOCK_M - row0
+        if offset < WG_ROWS:
+            cols = offset + gl.arange(0, BLOCK_M, layout=cols_layout)
+            keys = gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, s_layout))
+            keep = gl.expand_dims(cols, 0) >= gl.expand_dims(keys, 1)
+            qk = gl.where(keep, qk, float("-inf"))
+    p = gl.exp2(qk - gl.expand_dims(lse2, 0))
+    # dV += Pᵀ dO runs while dPᵀ lands and dSᵀ is computed.
+    p_a = gl.convert_layout(p.to(q.dtype), a_layout)
+    dv_tok = warpgroup_mma(p_a, do, dv, is_async=True)
+    delta = _row(delta_smem.index(slot), BLOCK_M, cols_layout)
+    dp = warpgroup_mma_wait(num_outstanding=1, deps=(dp_tok,))
+    ds = p * (dp - gl.expand_dims(delta, 0))
+    ds_a = gl.convert_layout(ds.to(q.dtype), a_layout)
+    dk_tok = warpgroup_mma(ds_a, q, dk, is_async=True)
+    dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok))
+    _release(empty.index(slot))
+    return dk, dv
+
+
+@gluon.jit
+def _dkdv_consumer(
+    k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bars, q_ready, do_ready, empty,
+    dk_desc, dv_desc, num_kv_heads, start_n, group, m_lo, n_m, qk_scale, scale,
+    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+):  # fmt: skip
+    """Consumer warpgroup ``WG``: dK and dV of key rows ``start_n + WG * 64`` to ``+ 64``."""
+    dtype: gl.constexpr = q_smem.dtype
+    mma_s: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_M, 16]
+    )
+    mma_kv: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
+    row0 = start_n + WG * WG_ROWS
+    dk = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, layout=mma_kv)
+    dv = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, layout=mma_kv)
+    s_init = gl.zeros([WG_ROWS, BLOCK_M], gl.float32, layout=mma_s)
+    k = k_smem.index(WG)
+    v = v_smem.index(WG)
+    mbarrier.wait(kv_bars.index(WG), 0)
+    # One flat loop over (query head of the group, query block), in the producer's order: one
+    # loop keeps fewer values live across loop boundaries than a nest (spill-free at 128).
+    n_iter = n_m - m_lo
+    for it in range(group * n_iter):
+        m = m_lo + it % n_iter
+        dk, dv = _dkdv_step(
+            it, m, k, v, q_smem, do_smem, lse_smem, delta_smem, q_ready, do_ready, empty,
+            dk, dv, s_init, row0, qk_scale, BLOCK_M, NUM_STAGES, CAUSAL,
+        )  # fmt: skip
+    # This warpgroup's K and V rows are free now (its last wgmma completed): stage the
+    # gradients there. Rows past seqlen_k are clipped by the store. The coordinates are
+    # recomputed here rather than kept live through the loop (registers are that tight).
+    bh = gl.program_id(1)
+    b = bh // num_kv_heads
+    kv_h = bh % num_kv_heads
+    v.store(dv.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dv_desc, [b, kv_h, row0, 0], _box(v, dv_desc))
+    k.store((dk * scale).to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dk_desc, [b, kv_h, row0, 0], _box(k, dk_desc))
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _dkdv_producer(
+    q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc,
+    k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bars, q_ready, do_ready, empty,
+    b, kv_h, start_n, num_heads, group, m_lo, n_m,
+    BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
+):  # fmt: skip
+    """The load warp: each consumer's K and V rows, then the Q and dO tiles (with their
+    lse₂ and delta rows) through the ring in the consumers' order: query heads of the
+    group, then query blocks."""
+    for w in gl.static_range(2):
+        bar = kv_bars.index(w)
+        mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        row = start_n + w * WG_ROWS
+        tma.async_copy_global_to_shared(
+            k_desc, [b, kv_h, row, 0], bar, _box(k_smem.index(w), k_desc)
+        )
+        tma.async_copy_global_to_shared(
+            v_desc, [b, kv_h, row, 0], bar, _box(v_smem.index(w), v_desc)
+        )
+    n_iter = n_m - m_lo
+    for it in range(group * n_iter):
+        h = kv_h * group + it // n_iter
+        bh = b * num_heads + h
+        row = (m_lo + it % n_iter) * BLOCK_M
+        slot = it % NUM_STAGES
+        phase = (it // NUM_STAGES) & 1
+        # A fresh "empty" barrier counts as completed for parity 1: the first pass is free.
+        mbarrier.wait(empty.index(slot), phase ^ 1)
+        bar = q_ready.index(slot)
+        mbarrier.expect(bar, q_desc.block_type.nbytes + lse_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            q_desc, [b, h, row, 0], bar, _box(q_smem.index(slot), q_desc)
+        )
+        tma.async_copy_global_to_shared(lse_desc, [bh, row], bar, lse_smem.index(slot))
+        bar = do_ready.index(slot)
+        mbarrier.expect(bar, do_desc.block_type.nbytes + delta_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            do_desc, [b, h, row, 0], bar, _box(do_smem.index(slot), do_desc)
+        )
+        tma.async_copy_global_to_shared(delta_desc, [bh, row], bar, delta_smem.index(slot))
+
+
+@gluon.jit
+def _xrt_attn_bwd_dkdv_hopper(
+    q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc,
+    seqlen_q, num_kv_heads, group, qk_scale, scale,
+    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+):  # fmt: skip
+    """One CTA per (128 keys, batch x key/value head); launch with num_warps=4 (consumer 0;
+    consumer 1 and the producer warp are worker partitions). Boxes: Q and dO BLOCK_M rows,
+    K, V, dK and dV 64 rows, lse₂ and delta ``[1, BLOCK_M]`` of the prep kernel's padded
+    (batch x heads, seqlen_pad) buffers."""
+    BLOCK_N: gl.constexpr = 2 * WG_ROWS
+    gl.static_assert(BLOCK_N % BLOCK_M == 0)  # the diagonal's query blocks tile the key block
+    dtype: gl.constexpr = q_desc.dtype
+    pid_n = gl.program_id(0)
+    bh = gl.program_id(1)
+    b = bh // num_kv_heads
+    kv_h = bh % num_kv_heads
+    start_n = pid_n * BLOCK_N
+    n_m = gl.cdiv(seqlen_q, BLOCK_M)
+    # Causal: query blocks before the key block see none of it.
+    m_lo = gl.minimum(start_n // BLOCK_M, n_m) if CAUSAL else 0
+
+    tile_q: gl.constexpr = gl.NVMMASharedLayout(q_desc.layout.swizzle_byte_width, 16)
+    tile_kv: gl.constexpr = gl.NVMMASharedLayout(k_desc.layout.swizzle_byte_width, 16)
+    k_smem = gl.allocate_shared_memory(dtype, [2, WG_ROWS, HEAD_DIM], tile_kv)
+    v_smem = gl.allocate_shared_memory(dtype, [2, WG_ROWS, HEAD_DIM], tile_kv)
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_DIM], tile_q)
+    do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_DIM], tile_q)
+    lse_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, 1, BLOCK_M], lse_desc.layout)
+    delta_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, 1, BLOCK_M], lse_desc.layout)
+    bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+    kv_bars = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    q_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    do_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    for i in gl.static_range(2):
+        mbarrier.init(kv_bars.index(i), count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(do_ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # one arrive per consumer warpgroup
+
+    # The argument tuples are written inline: a tuple bound to a name first would wrap its
+    # constexprs twice (as in the forward).
+    # fmt: off
+    gl.warp_specialize(
+        [
+            (_dkdv_consumer, (
+                k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bars, q_ready,
+                do_ready, empty, dk_desc, dv_desc, num_kv_heads, start_n, group, m_lo, n_m,
+                qk_scale, scale, 0, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL,
+            )),
+            (_dkdv_consumer, (
+                k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bars, q_ready,
+                do_ready, empty, dk_desc, dv_desc, num_kv_heads, start_n, group, m_lo, n_m,
+                qk_scale, scale, 1, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL,
+            )),
+            (_dkdv_producer, (
+                q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc,
+                k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bars, q_ready,
+                do_ready, empty, b, kv_h, start_n, num_kv_heads * group, group, m_lo, n_m,
+                BLOCK_M, NUM_STAGES,
+            )),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, PRODUCER_REGS],
+    )
+    # fmt: on
+
+
+# ---------------------------------------------------------------------------------------
+# dQ
+
+
+@gluon.jit
+def _dq_blocks(
+    lo, hi, q, do, k_smem, v_smem, k_ready, v_ready, empty, dq, lse2, delta, rows,
+    seqlen_k, qk_scale,
+    BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASKED: gl.constexpr,
+):  # fmt: skip
+    """Key blocks ``lo`` to ``hi`` against this warpgroup's 64 query rows."""
+    s_layout: gl.constexpr = rows.type.layout.parent
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dq.type.layout, k_width=2)
+    s_init = gl.zeros([WG_ROWS, BLOCK_N], gl.float32, layout=s_layout)
+    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    for j in range(lo, hi):
+        slot = j % NUM_STAGES
+        phase = (j // NUM_STAGES) & 1
+        k = k_smem.index(slot)
+        v = v_smem.index(slot)
+        mbarrier.wait(k_ready.index(slot), phase)
+        s_tok = warpgroup_mma(q, k.permute((1, 0)), s_init, use_acc=False, is_async=True)
+        mbarrier.wait(v_ready.index(slot), phase)
+        dp_tok = warpgroup_mma(do, v.permute((1, 0)), s_init, use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+        qk = s * qk_scale
+        if MASKED:  # the causal diagonal or the sequence end
+            cols = j * BLOCK_N + offs_n
+            keep = gl.expand_dims(cols, 0) < seqlen_k
+            if CAUSAL:
+                keep = keep & (gl.expand_dims(rows, 1) >= gl.expand_dims(cols, 0))
+            qk = gl.where(keep, qk, float("-inf"))
+        p = gl.exp2(qk - gl.expand_dims(lse2, 1))
+        dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok,))
+        ds = p * (dp - gl.expand_dims(delta, 1))
+        ds_a = gl.convert_layout(ds.to(q.dtype), a_layout)
+        dq_tok = warpgroup_mma(ds_a, k, dq, is_async=True)
+        dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok,))
+        _release(empty.index(slot))
+    return dq
+
+
+@gluon.jit
+def _dq_consumer(
+    q_smem, do_smem, k_smem, v_smem, q_bars, k_ready, v_ready, empty,
+    dq_desc, LSE2, DELTA, b, h, bh, start_m, seqlen_pad, seqlen_k, n_full, n_blocks,
+    qk_scale, scale,
+    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+):  # fmt: skip
+    """Consumer warpgroup ``WG``: dQ of query rows ``start_m + WG * 64`` to ``+ 64``."""
+    dtype: gl.constexpr = q_smem.dtype
+    mma_s: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    mma_dq: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
+    row0 = start_m + WG * WG_ROWS
+    rows = row0 + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, mma_s))
+    padded = bh.to(gl.int64) * seqlen_pad + rows  # inside the padded buffers: no mask
+    lse2 = gl.load(LSE2 + padded)
+    delta = gl.load(DELTA + padded)
+    dq = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, layout=mma_dq)
+    q = q_smem.index(WG)
+    do = do_smem.index(WG)
+    mbarrier.wait(q_bars.index(WG), 0)
+    dq = _dq_blocks(
+        0, n_full, q, do, k_smem, v_smem, k_ready, v_ready, empty, dq, lse2, delta, rows,
+        seqlen_k, qk_scale, BLOCK_N, NUM_STAGES, CAUSAL, False,
+    )  # fmt: skip
+    dq = _dq_blocks(
+        n_full, n_blocks, q, do, k_smem, v_smem, k_ready, v_ready, empty, dq, lse2, delta, rows,
+        seqlen_k, qk_scale, BLOCK_N, NUM_STAGES, CAUSAL, True,
+    )  # fmt: skip
+    # The query tile is free now (its last wgmma completed): stage dQ there.
+    q.store((dq * scale).to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dq_desc, [b, h, row0, 0], _box(q, dq_desc))
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _dq_producer(
+    q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem,
+    q_bars, k_ready, v_ready, empty, b, h, kv_h, start_m, n_blocks,
+    BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+):  # fmt: skip
+    """The load warp: both consumers' Q and dO rows, then key and value tiles through the ring."""
+    for w in gl.static_range(2):
+        bar = q_bars.index(w)
+        mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+        row = start_m + w * WG_ROWS
+        tma.async_copy_global_to_shared(q_desc, [b, h, row, 0], bar, _box(q_smem.index(w), q_desc))
+        tma.async_copy_global_to_shared(
+            do_desc, [b, h, row, 0], bar, _box(do_smem.index(w), do_desc)
+        )
+    for j in range(n_blocks):
+        slot = j % NUM_STAGES
+        phase = (j // NUM_STAGES) & 1
+        # A fresh "empty" barrier counts as completed for parity 1: the first pass is free.
+        mbarrier.wait(empty.index(slot), phase ^ 1)
+        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            k_desc, [b, kv_h, j * BLOCK_N, 0], k_ready.index(slot), _box(k_smem.index(slot), k_desc)
+        )
+        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            v_desc, [b, kv_h, j * BLOCK_N, 0], v_ready.index(slot), _box(v_smem.index(slot), v_desc)
+        )
+
+
+@gluon.jit
+def _xrt_attn_bwd_dq_hopper(
+    q_desc, k_desc, v_desc, do_desc, dq_desc, LSE2, DELTA,
+    seqlen_pad, seqlen_k, num_heads, group, qk_scale, scale,
+    HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+):  # fmt: skip
+    """One CTA per (128 query rows, batch x query head); launch with num_warps=4.
+    ``seqlen_k`` must be positive. The query/output-gradient/dQ boxes are 64 rows, the
+    key/value boxes BLOCK_N; ``LSE2`` and ``DELTA`` are the prep kernel's padded
+    (batch x heads, seqlen_pad) buffers (query rows past seqlen_q: lse₂ = +inf, so P = 0)."""
+    BLOCK_M: gl.constexpr = 2 * WG_ROWS
+    dtype: gl.constexpr = q_desc.dtype
+    pid_m = gl.program_id(0)
+    if CAUSAL:
+        pid_m = gl.num_programs(0) - 1 - pid_m  # the longest rows start first
+    bh = gl.program_id(1)
+    b = bh // num_heads
+    h = bh % num_heads
+    kv_h = h // group
+    start_m = pid_m * BLOCK_M
+    if CAUSAL:
+        hi = gl.minimum(start_m + BLOCK_M, seqlen_k)
+        n_full = gl.minimum(start_m + 1, seqlen_k) // BLOCK_N
+    else:
+        hi = seqlen_k
+        n_full = seqlen_k // BLOCK_N
+    n_blocks = gl.cdiv(hi, BLOCK_N)
+
+    tile_q: gl.constexpr = gl.NVMMASharedLayout(q_desc.layout.swizzle_byte_width, 16)
+    tile_kv: gl.constexpr = gl.NVMMASharedLayout(k_desc.layout.swizzle_byte_width, 16)
+    q_smem = gl.allocate_shared_memory(dtype, [2, WG_ROWS, HEAD_DIM], tile_q)
+    do_smem = gl.allocate_shared_memory(dtype, [2, WG_ROWS, HEAD_DIM], tile_q)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], tile_kv)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], tile_kv)
+    bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    for i in gl.static_range(2):
+        mbarrier.init(q_bars.index(i), count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # one arrive per consumer warpgroup
+
+    # fmt: off
+    gl.warp_specialize(
+        [
+            (_dq_consumer, (
+                q_smem, do_smem, k_smem, v_smem, q_bars, k_ready, v_ready, empty,
+                dq_desc, LSE2, DELTA, b, h, bh, start_m, seqlen_pad, seqlen_k, n_full, n_blocks,
+                qk_scale, scale, 0, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL,
+            )),
+            (_dq_consumer, (
+                q_smem, do_smem, k_smem, v_smem, q_bars, k_ready, v_ready, empty,
+                dq_desc, LSE2, DELTA, b, h, bh, start_m, seqlen_pad, seqlen_k, n_full, n_blocks,
+                qk_scale, scale, 1, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL,
+            )),
+            (_dq_producer, (
+                q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem,
+                q_bars, k_ready, v_ready, empty, b, h, kv_h, start_m, n_blocks,
+                BLOCK_N, NUM_STAGES,
+            )),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, PRODUCER_REGS],
+    )
+    # fmt: on

@@ -1,0 +1,300 @@
+"""Host side of the Gluon Hopper backward (:mod:`._hopper_bwd_kernels`): checks, variants, launch.
+
+Three launches, all Gluon: delta = rowsum(dO ∘ O) and lse · log2(e) into buffers padded to
+128 query rows (a few percent of the time), then the dK/dV kernel and the dQ kernel. Like
+:mod:`.hopper`, torch and Triton are imported inside the functions that need them, and the
+variant table is plain data that the offline compile script reads without torch.
+
+Variants name both kernels' tiles: ``m{query rows per dK/dV step}s{its ring stages}
+n{key rows per dQ step}s{its ring stages}``. ``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT``
+overrides the default per head size, so one GPU run can time them all.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from xpuruntime.runtime.errors import InvalidArgumentError, UnsupportedOperationError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "HEAD_DIMS",
+    "VARIANT_ENV",
+    "BwdVariant",
+    "hopper_attention_backward",
+    "parse_variant",
+    "variant_names",
+]
+
+VARIANT_ENV = "XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT"
+_LOG2E = 1.4426950408889634
+#: Key rows of one dK/dV CTA and query rows of one dQ CTA (two consumer warpgroups of 64).
+_CTA_ROWS = 128
+_WG_ROWS = 64
+
+
+@dataclass(frozen=True)
+class BwdVariant:
+    """One compiled shape of the two kernels (see the module docstring for the name)."""
+
+    dkdv_block_m: int
+    dkdv_stages: int
+    dq_block_n: int
+    dq_stages: int
+    consumer_regs: int = 240
+    producer_regs: int = 24
+
+    @property
+    def name(self) -> str:
+        return f"m{self.dkdv_block_m}s{self.dkdv_stages}n{self.dq_block_n}s{self.dq_stages}"
+
+
+#: Candidates per head size, default first (``scripts/hopper_attention_bwd_compile.py``
+#: compiles them: no spills in any loop; 128-row dK/dV steps spill on both head sizes and
+#: are left out). Which is fastest is for a GPU run to say.
+_VARIANTS: dict[int, tuple[str, ...]] = {
+    64: ("m64s2n64s2", "m64s2n128s2", "m64s3n64s3"),
+    128: ("m64s2n64s2", "m64s2n128s2", "m64s3n64s3"),
+}
+HEAD_DIMS = tuple(_VARIANTS)
+
+
+def variant_names(head_dim: int) -> tuple[str, ...]:
+    """The candidate variants of ``head_dim``, default first."""
+    return _VARIANTS[head_dim]
+
+
+def parse_variant(name: str) -> BwdVariant:
+    """``m64s2n64s2`` -> BwdVariant(64, 2, 64, 2)."""
+    match = re.fullmatch(r"m(\d+)s(\d+)n(\d+)s(\d+)", name.strip())
+    if match is None:
+        raise InvalidArgumentError(
+            f"hopper attention backward variant {name!r} is not of the form "
+            "m<query rows>s<stages>n<key rows>s<stages>"
+        )
+    rows, row_stages, keys, key_stages = (int(match.group(i)) for i in (1, 2, 3, 4))
+    if rows not in (64, 128) or keys not in (64, 128) or not {row_stages, key_stages} <= {2, 3, 4}:
+        raise InvalidArgumentError(
+            f"hopper attention backward variant {name!r}: rows 64/128, stages 2-4"
+        )
+    return BwdVariant(rows, row_stages, keys, key_stages)
+
+
+def _variant(head_dim: int, given: str | None) -> BwdVariant:
+    return parse_variant(given or os.environ.get(VARIANT_ENV) or _VARIANTS[head_dim][0])
+
+
+def _check_like(name: str, x: torch.Tensor, q: torch.Tensor) -> None:
+    if x.shape != q.shape or x.dtype != q.dtype or x.device != q.device or x.stride(3) != 1:
+        raise InvalidArgumentError(
+            f"hopper attention backward: {name} is {tuple(x.shape)} {x.dtype} on {x.device}; it "
+            f"must be the query's {tuple(q.shape)} {q.dtype} on {q.device}, unit-stride in the "
+            "head dimension"
+        )
+
+
+def _check_lse(lse: torch.Tensor, q: torch.Tensor) -> None:
+    import torch
+
+    expected = (q.shape[0], q.shape[1], q.shape[2])
+    if tuple(lse.shape) != expected or lse.dtype != torch.float32 or lse.device != q.device:
+        raise InvalidArgumentError(
+            f"hopper attention backward: lse is {tuple(lse.shape)} {lse.dtype} on {lse.device}; "
+            f"it must be float32 {expected} on {q.device} (the forward's log-sum-exp)"
+        )
+
+
+def _gradient_like(x: torch.Tensor) -> torch.Tensor:
+    """An uninitialised tensor shaped as ``x`` that TMA can store to (x's strides if dense)."""
+    import torch
+
+    from xpuruntime.kernels.attention.hopper import _tma_addressable
+
+    grad = torch.empty_like(x)
+    return grad if _tma_addressable(grad) else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def hopper_attention_backward(
+    grad_out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    *,
+    causal: bool,
+    scale: float | None = None,
+    variant: str | None = None,
+    stream: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of softmax(scale · Q Kᵀ) V for the output gradient ``grad_out``.
+
+    Conventions are :func:`.hopper.hopper_attention_forward`'s: ``q``, ``out`` and
+    ``grad_out`` (batch, heads, seqlen_q, head_dim), ``k`` and ``v`` (batch, kv_heads,
+    seqlen_k, head_dim), bfloat16 or float16, unit-stride head dimension, causal masking top
+    left; ``lse`` is the forward's float32 (batch, heads, seqlen_q) natural-log log-sum-exp.
+    dk and dv are summed over the query heads that share each key/value head. Head sizes 64
+    and 128. ``variant`` (default: ``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT`` or the head
+    size's first) picks the tiles; ``stream`` (a raw ``cudaStream_t``; default: the current
+    stream) is the stream the work runs on.
+    """
+    import torch
+
+    from xpuruntime.kernels.attention.hopper import _check
+
+    _check(q, k, v)
+    _check_like("grad_out", grad_out, q)
+    _check_like("out", out, q)
+    _check_lse(lse, q)
+    batch, heads, seqlen_q, head_dim = q.shape
+    seqlen_k = k.shape[2]
+    if head_dim not in _VARIANTS:
+        raise UnsupportedOperationError(
+            f"hopper attention backward supports head sizes {', '.join(map(str, HEAD_DIMS))}, "
+            f"not {head_dim}"
+        )
+    if batch * heads > 65535:  # the grids' second dimension
+        raise UnsupportedOperationError(
+            f"hopper attention backward launches one CTA row per (batch, head): {batch * heads} "
+            "is past CUDA's 65535 limit on a grid's y dimension"
+        )
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+    config = _variant(head_dim, variant)
+    from xpuruntime.kernels.attention.hopper import _tma_ready
+    from xpuruntime.kernels.attention.launch import _on_device
+
+    with _on_device(q.device, stream):
+        q, k, v, grad_out = (_tma_ready(x) for x in (q, k, v, grad_out))
+        dq, dk, dv = (_gradient_like(x) for x in (q, k, v))
+        if batch * heads == 0 or seqlen_q == 0 or seqlen_k == 0:
+            return dq.zero_(), dk.zero_(), dv.zero_()
+        seqlen_pad = math.ceil(seqlen_q / _CTA_ROWS) * _CTA_ROWS
+        lse2, delta = (
+            torch.empty((batch * heads, seqlen_pad), dtype=torch.float32, device=q.device)
+            for _ in range(2)
+        )
+        _launch_prep(out, grad_out, lse.contiguous(), lse2, delta)
+        _launch_dkdv(config, q, k, v, grad_out, dk, dv, lse2, delta, causal, scale)
+        _launch_dq(config, q, k, v, grad_out, dq, lse2, delta, causal, scale)
+    return dq, dk, dv
+
+
+def _launch_prep(
+    out: torch.Tensor,
+    grad_out: torch.Tensor,
+    lse: torch.Tensor,
+    lse2: torch.Tensor,
+    delta: torch.Tensor,
+) -> None:
+    from xpuruntime.kernels.attention import _hopper_bwd_kernels
+
+    batch, heads, seqlen_q, head_dim = out.shape
+    block = 64
+    _hopper_bwd_kernels._xrt_attn_bwd_prep_hopper[(delta.shape[1] // block, batch * heads)](
+        out, grad_out, lse, lse2, delta,
+        out.stride(0), out.stride(1), out.stride(2),
+        grad_out.stride(0), grad_out.stride(1), grad_out.stride(2),
+        seqlen_q, delta.shape[1], heads, HEAD_DIM=head_dim, BLOCK=block, num_warps=4,
+    )  # fmt: skip
+
+
+def _row_descriptor(x: torch.Tensor, rows: int) -> Any:
+    """TMA descriptor of a padded float32 (batch x heads, seqlen_pad) buffer, [1, rows] boxes."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+    return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, rows], layout)
+
+
+def _launch_dkdv(
+    config: BwdVariant,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    grad_out: torch.Tensor,
+    dk: torch.Tensor,
+    dv: torch.Tensor,
+    lse2: torch.Tensor,
+    delta: torch.Tensor,
+    causal: bool,
+    scale: float,
+) -> None:
+    from xpuruntime.kernels.attention import _hopper_bwd_kernels
+    from xpuruntime.kernels.attention.hopper import _descriptor
+
+    batch, heads, seqlen_q, head_dim = q.shape
+    kv_heads, seqlen_k = k.shape[1], k.shape[2]
+    rows = config.dkdv_block_m
+    grid = (math.ceil(seqlen_k / _CTA_ROWS), batch * kv_heads)
+    _hopper_bwd_kernels._xrt_attn_bwd_dkdv_hopper[grid](
+        _descriptor(q, rows),
+        _descriptor(k, _WG_ROWS),
+        _descriptor(v, _WG_ROWS),
+        _descriptor(grad_out, rows),
+        _descriptor(dk, _WG_ROWS),
+        _descriptor(dv, _WG_ROWS),
+        _row_descriptor(lse2, rows),
+        _row_descriptor(delta, rows),
+        seqlen_q,
+        kv_heads,
+        heads // kv_heads,
+        scale * _LOG2E,
+        scale,
+        HEAD_DIM=head_dim,
+        BLOCK_M=rows,
+        NUM_STAGES=config.dkdv_stages,
+        CAUSAL=causal,
+        CONSUMER_REGS=config.consumer_regs,
+        PRODUCER_REGS=config.producer_regs,
+        num_warps=4,
+    )
+
+
+def _launch_dq(
+    config: BwdVariant,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    grad_out: torch.Tensor,
+    dq: torch.Tensor,
+    lse2: torch.Tensor,
+    delta: torch.Tensor,
+    causal: bool,
+    scale: float,
+) -> None:
+    from xpuruntime.kernels.attention import _hopper_bwd_kernels
+    from xpuruntime.kernels.attention.hopper import _descriptor
+
+    batch, heads, seqlen_q, head_dim = q.shape
+    kv_heads, seqlen_k = k.shape[1], k.shape[2]
+    keys = config.dq_block_n
+    grid = (math.ceil(seqlen_q / _CTA_ROWS), batch * heads)
+    _hopper_bwd_kernels._xrt_attn_bwd_dq_hopper[grid](
+        _descriptor(q, _WG_ROWS),
+        _descriptor(k, keys),
+        _descriptor(v, keys),
+        _descriptor(grad_out, _WG_ROWS),
+        _descriptor(dq, _WG_ROWS),
+        lse2,
+        delta,
+        lse2.shape[1],
+        seqlen_k,
+        heads,
+        heads // kv_heads,
+        scale * _LOG2E,
+        scale,
+        HEAD_DIM=head_dim,
+        BLOCK_N=keys,
+        NUM_STAGES=config.dq_stages,
+        CAUSAL=causal,
+        CONSUMER_REGS=config.consumer_regs,
+        PRODUCER_REGS=config.producer_regs,
+        num_warps=4,
+    )

@@ -1,0 +1,35 @@
+"""The Gluon Hopper backward's host side without a GPU: variant names and input checks.
+
+The kernels themselves run in ``scripts/hopper_attention_bwd_check.py`` on an sm_90 GPU and
+compile offline in ``scripts/hopper_attention_bwd_compile.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from xpuruntime.kernels.attention import hopper_bwd
+from xpuruntime.runtime.errors import InvalidArgumentError, UnsupportedOperationError
+
+
+def test_variant_names_round_trip() -> None:
+    for head_dim in hopper_bwd.HEAD_DIMS:
+        for name in hopper_bwd.variant_names(head_dim):
+            assert hopper_bwd.parse_variant(name).name == name
+    variant = hopper_bwd.parse_variant("m64s3n128s2")
+    assert (variant.dkdv_block_m, variant.dkdv_stages) == (64, 3)
+    assert (variant.dq_block_n, variant.dq_stages) == (128, 2)
+
+
+@pytest.mark.parametrize("name", ["m64s2", "m32s2n64s2", "m64s5n64s2", "m64s2n64s2pp"])
+def test_bad_variant_names_are_refused(name: str) -> None:
+    with pytest.raises(InvalidArgumentError):
+        hopper_bwd.parse_variant(name)
+
+
+def test_cpu_tensors_are_refused() -> None:
+    q = torch.zeros(1, 2, 16, 64, dtype=torch.bfloat16)
+    lse = torch.zeros(1, 2, 16)
+    with pytest.raises(UnsupportedOperationError, match="CUDA"):
+        hopper_bwd.hopper_attention_backward(q, q, q, q, q, lse, causal=True)

@@ -1,0 +1,184 @@
+"""xrt_flash_hopper, the Gluon Hopper forward, in the kernel registry and the vocabulary.
+
+Without a GPU (the core's CPU test environment): its registration before xrt_flash (the
+automatic choice), its support check's reasons (the compute capability through the pure
+helper that takes it), the automatic choice's record of why it was passed over, and a pinned
+policy's error. The kernel itself runs in test_attention_gpu.py on an sm_90 GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+import xpuruntime.ops as ops
+import xpuruntime.runtime as rt
+from xpuruntime.kernels.attention import (
+    FP8_KERNEL,
+    HOPPER_KERNEL,
+    HOPPER_LIBRARY,
+    KERNEL,
+    LIBRARY,
+    hopper_unsupported_reason,
+    query_shape,
+)
+from xpuruntime.kernels.attention.support import hopper_capability_reason, hopper_query_reason
+from xpuruntime.policies import ExecutionPolicy, KernelPolicy, PolicyConflictError
+from xpuruntime.policies.vocabulary import find_kernel, kernels_for
+from xpuruntime.runtime.errors import UnsupportedOperationError
+from xpuruntime.runtime.record import ExecutionRecord
+
+PIN = KernelPolicy(attention=HOPPER_KERNEL)
+
+
+def _shape(**change: Any) -> list[int]:
+    fields: dict[str, Any] = dict(
+        batch=2, seqlen_q=256, seqlen_k=256, heads=16, kv_heads=4, head_dim=128, causal=True,
+        varlen=False,
+    )  # fmt: skip
+    fields.update(change)
+    return query_shape(**fields)
+
+
+def test_registered_before_xrt_flash() -> None:
+    # The automatic choice takes the first kernel that can run a call: the Hopper forward on
+    # an sm_90 GPU, xrt_flash elsewhere; the fp8 forward only where a policy names it.
+    names = [(k.name, k.library) for k in rt.dispatcher.kernels("attention")]
+    assert names[:3] == [
+        (HOPPER_KERNEL, HOPPER_LIBRARY),
+        (KERNEL, LIBRARY),
+        (FP8_KERNEL, "xpuruntime Triton fp8"),
+    ]
+    assert HOPPER_LIBRARY == "xpuruntime Gluon (Hopper, warp-specialised)"
+
+
+def test_policy_vocabulary_names_the_kernel() -> None:
+    spec = find_kernel("attention", HOPPER_KERNEL)
+    assert spec.devices == frozenset({"cuda"})
+    # As xrt_flash: PyTorch training (fused_attention) and xpuruntime's own ops run it.
+    assert spec.engines == find_kernel("attention", KERNEL).engines
+    assert HOPPER_KERNEL in {k.name for k in kernels_for("attention")}
+    assert PIN.get("attention") == HOPPER_KERNEL
+    with pytest.raises(PolicyConflictError, match=r"pinned to 'xrt_flash_hopper'.*'cpu'"):
+        ExecutionPolicy(device="cpu", kernel_policy=PIN)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"device": "cpu"}, "runs on NVIDIA Hopper GPUs only (compute capability 9.0"),
+        ({"device": "npu:0"}, "not on npu:0"),
+        ({"dtype": "float32"}, "supports float16 and bfloat16, not float32"),
+        ({"dtype": "float32", "device": "cpu"}, "not float32"),
+        ({"head_dim": 96}, "supports head sizes 64, 128, 256, not 96"),
+        ({"head_dim": 32}, "not 32"),  # xrt_flash runs 32; the Hopper kernel does not
+        ({"varlen": True}, "not packed variable-length sequences (cu_seqlens)"),
+        ({"heads": 6, "kv_heads": 4}, "query heads (6) must be a multiple of key/value heads (4)"),
+    ],
+)
+def test_unsupported_reasons(change: dict[str, Any], expected: str) -> None:
+    dtype, device = change.pop("dtype", "bfloat16"), change.pop("device", "cuda:0")
+    shape = _shape(**change)
+    assert expected in hopper_query_reason("attention", shape, dtype, device)
+    # The registry's check gives the same reason before it asks for any GPU.
+    assert expected in hopper_unsupported_reason("attention", shape, dtype, device)
+
+
+def test_reason_for_other_ops_and_shapes() -> None:
+    assert "implements attention, not matmul" in hopper_unsupported_reason(
+        "matmul", _shape(), "bfloat16", "cuda:0"
+    )
+    assert "expects the attention query shape" in hopper_unsupported_reason(
+        "attention", [1, 2], "bfloat16", "cuda:0"
+    )
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_supported_metadata_on_an_sm90_device(head_dim: int, dtype: str) -> None:
+    shape = _shape(head_dim=head_dim, kv_heads=1, causal=False)
+    assert hopper_query_reason("attention", shape, dtype, "cuda:1") == ""
+    assert hopper_capability_reason("cuda:1", (9, 0)) == ""
+
+
+@pytest.mark.parametrize(
+    ("capability", "expected"),
+    [
+        ((8, 0), "cuda:0 is compute capability 8.0"),
+        ((8, 9), "cuda:0 is compute capability 8.9"),
+        ((10, 0), "cuda:0 is compute capability 10.0"),  # sm_90a code does not run there
+        (None, "PyTorch sees no CUDA device cuda:0"),
+    ],
+)
+def test_other_gpus_are_refused(capability: tuple[int, int] | None, expected: str) -> None:
+    reason = hopper_capability_reason("cuda:0", capability)
+    assert expected in reason
+    if capability is not None:
+        assert "compiled for sm_90a only" in reason
+
+
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") == "1",
+    reason="xrt_flash runs CPU tensors in Triton's interpreter (the test below covers it)",
+)
+def test_automatic_choice_on_the_cpu_records_every_refusal() -> None:
+    # No attention kernel runs on the CPU outside Triton's interpreter: the error lists each
+    # registered kernel's reason, the Hopper forward's first.
+    with pytest.raises(UnsupportedOperationError) as caught:
+        rt.dispatcher.resolve("attention", _shape(), "bfloat16", "cpu")
+    message = str(caught.value)
+    hopper = message.index(f"{HOPPER_KERNEL}: runs on NVIDIA Hopper GPUs only")
+    flash = message.index(f"{KERNEL}: runs on NVIDIA GPUs of compute capability 8.0")
+    assert hopper < flash
+
+
+def test_pinned_kernel_that_cannot_run_raises_with_the_reason() -> None:
+    with pytest.raises(
+        UnsupportedOperationError, match=r"pins attention to 'xrt_flash_hopper'.*not 96"
+    ):
+        rt.dispatcher.resolve("attention", _shape(head_dim=96), "bfloat16", "cuda:0", PIN)
+    with pytest.raises(UnsupportedOperationError, match=r"'xrt_flash_hopper'.*not on the CPU"):
+        rt.dispatcher.resolve("attention", _shape(), "bfloat16", "cpu", PIN)
+
+
+def test_pinned_ops_attention_on_cpu_tensors_raises_with_the_reason() -> None:
+    torch = pytest.importorskip("torch")
+    q = torch.zeros(1, 16, 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(UnsupportedOperationError, match=r"'xrt_flash_hopper'.*not on the CPU"):
+        ops.attention(q, q, q, policy=PIN)
+    with pytest.raises(UnsupportedOperationError, match=r"'xrt_flash_hopper'.*not float32"):
+        ops.attention(q.float(), q.float(), q.float(), policy=PIN)
+
+
+def test_support_check_imports_neither_torch_nor_triton_off_the_gpu() -> None:
+    code = (
+        "import sys, xpuruntime.ops, xpuruntime.runtime as rt;"
+        "rt.dispatcher.kernels('attention');"
+        "print(rt.dispatcher.supports('attention', 'xrt_flash_hopper', [1,1,1,1,1,64,0,0],"
+        " 'float16', 'cpu')[0]);"
+        "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "[]"]
+
+
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1"
+    or not (importlib.util.find_spec("torch") and importlib.util.find_spec("triton")),
+    reason="xrt_flash runs CPU tensors only in Triton's interpreter (TRITON_INTERPRET=1 with "
+    "torch and triton: nox -s attention)",
+)
+def test_automatic_choice_records_why_the_hopper_forward_was_passed_over() -> None:
+    import torch
+
+    q = torch.randn(1, 40, 4, 64, dtype=torch.float16)
+    record = ExecutionRecord(kind="training")
+    ops.attention(q, q, q, causal=True, record=record)
+    (decision,) = record.decisions
+    assert (decision.kernel, decision.mode) == (KERNEL, "auto")
+    assert f"skipped {HOPPER_KERNEL}: runs on NVIDIA Hopper GPUs only" in decision.reason
