@@ -236,11 +236,11 @@ def test_ops_attention_pinned_to_fp8_runs_and_records_it() -> None:
     decision = ops.last_decision()
     assert decision is not None
     assert decision.kernel == FP8_KERNEL
-    # Without a policy the same call stays on the exact kernel.
+    # Without a policy the same call stays on an exact kernel (the Hopper forward on sm_90).
     ops.attention(q, k, v, layout="bhsd")
     decision = ops.last_decision()
     assert decision is not None
-    assert decision.kernel == KERNEL
+    assert decision.kernel in (KERNEL, "xrt_flash_hopper")
     grad = out.transpose(1, 2)
     with pytest.raises(UnsupportedOperationError, match="forward for inference"):
         ops.attention_backward(

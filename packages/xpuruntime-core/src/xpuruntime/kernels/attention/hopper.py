@@ -133,7 +133,13 @@ def parse_variant(name: str) -> Variant:
 
 
 def _variant(head_dim: int, given: str | None) -> Variant:
-    name = given or os.environ.get(VARIANT_ENV) or _VARIANTS[head_dim][0]
+    return _checked_variant(
+        head_dim, given or os.environ.get(VARIANT_ENV) or _VARIANTS[head_dim][0]
+    )
+
+
+@functools.cache
+def _checked_variant(head_dim: int, name: str) -> Variant:
     variant = parse_variant(name)
     if variant.smem_bytes(head_dim) > _SMEM_LIMIT:
         raise InvalidArgumentError(
@@ -181,7 +187,7 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise InvalidArgumentError(
             "hopper attention: query, key and value are on different devices"
         )
-    major, minor = torch.cuda.get_device_capability(q.device)
+    major, minor = _capability(q.device.index if q.device.index is not None else -1)
     if (major, minor) != (9, 0):
         raise UnsupportedOperationError(
             f"hopper attention is compiled for sm_90a (H100/H200); {q.device} is compute "
@@ -210,15 +216,33 @@ def _check_out(out: torch.Tensor, q: torch.Tensor) -> None:
         )
 
 
-def _descriptor(x: torch.Tensor, rows: int) -> Any:
+@functools.cache
+def _capability(device_index: int) -> tuple[int, int]:
+    """The device's compute capability (asked once per device: the launcher's host time is
+    most of a short call's)."""
+    import torch
+
+    index = torch.cuda.current_device() if device_index < 0 else device_index
+    major, minor = torch.cuda.get_device_capability(index)
+    return major, minor
+
+
+@functools.cache
+def _shared_layout(row_bytes: int) -> Any:
+    """The tiles' shared-memory layout for rows of ``row_bytes`` (both dtypes are 16-bit: the
+    swizzle depends only on a row's bytes, NVMMA's default); built once, as building it
+    validates it."""
     from triton.experimental.gluon import language as gl
+
+    swizzle = 128 if row_bytes % 128 == 0 else 64 if row_bytes % 64 == 0 else 32
+    return gl.NVMMASharedLayout(swizzle_byte_width=swizzle, element_bitwidth=16, rank=4)
+
+
+def _descriptor(x: torch.Tensor, rows: int) -> Any:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     head_dim = x.shape[3]
-    # Both dtypes are 16-bit: the swizzle depends only on a row's bytes (NVMMA's default).
-    row_bytes = head_dim * x.element_size()
-    swizzle = 128 if row_bytes % 128 == 0 else 64 if row_bytes % 64 == 0 else 32
-    layout = gl.NVMMASharedLayout(swizzle_byte_width=swizzle, element_bitwidth=16, rank=4)
+    layout = _shared_layout(head_dim * x.element_size())
     return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, rows, head_dim], layout)
 
 
