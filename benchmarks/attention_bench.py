@@ -17,7 +17,8 @@ configuration unless --tune (then each case's candidates are timed once and the 
 kept; the chosen tiles are in the JSON). Prints a table and writes attention_bench.json to
 --out. The whole run takes about 3-4 minutes on an H100 (--quick: about 1).
 
-Targets (issue 13, H100 bf16): forward >= 1.0x cuDNN and >= 1.6x FlashAttention-2 at head
+On sm_90 it also times xrt_flash_hopper (the Gluon forward and backward) and prints its table
+against cuDNN. Targets (issue 13, H100 bf16): forward >= 1.0x cuDNN and >= 1.6x FlashAttention-2 at head
 size 128, seqlen >= 2048; backward >= 1.2x FlashAttention-2.
 """
 
@@ -43,6 +44,9 @@ from xpuruntime.policies import KernelPolicy
 TOKENS = 16384
 HIDDEN = 2048
 PIN = KernelPolicy(attention="xrt_flash")
+#: xpuruntime's Hopper kernels (sm_90 only): the Gluon forward and backward.
+HOPPER_PIN = KernelPolicy(attention="xrt_flash_hopper")
+OURS = {"xrt_flash": PIN, "xrt_flash_hopper": HOPPER_PIN}
 SDPA_BACKENDS = {
     "cudnn": SDPBackend.CUDNN_ATTENTION,
     "flash": SDPBackend.FLASH_ATTENTION,
@@ -77,21 +81,24 @@ def _detail() -> str:
 
 
 class _Ours:
-    def __init__(self, q: Any, k: Any, v: Any, causal: bool) -> None:
-        self.q, self.k, self.v, self.causal = q, k, v, causal
+    def __init__(self, q: Any, k: Any, v: Any, causal: bool, policy: KernelPolicy) -> None:
+        self.q, self.k, self.v, self.causal, self.policy = q, k, v, causal, policy
         self.out, self.lse = ops.attention(
-            q, k, v, causal=causal, layout="bhsd", return_lse=True, policy=PIN
+            q, k, v, causal=causal, layout="bhsd", return_lse=True, policy=policy
         )
         self.forward_detail = _detail()
         self.do = torch.randn_like(self.out)
 
     def forward(self) -> Any:
-        return ops.attention(self.q, self.k, self.v, causal=self.causal, layout="bhsd", policy=PIN)
+        return ops.attention(
+            self.q, self.k, self.v, causal=self.causal, layout="bhsd", policy=self.policy
+        )
 
     def backward(self) -> Any:
         return ops.attention_backward(
-            self.do, self.q, self.k, self.v, self.out, self.lse, causal=self.causal, layout="bhsd"
-        )
+            self.do, self.q, self.k, self.v, self.out, self.lse, causal=self.causal,
+            layout="bhsd", policy=self.policy,
+        )  # fmt: skip
 
     def results(self) -> tuple[Any, ...]:
         return (self.out, *self.backward())
@@ -155,11 +162,15 @@ def bench_case(seq: int, dim: int, causal: bool, repeats: int, impls: list[str])
     }
     runners: dict[str, Any] = {}
     start = time.perf_counter()
-    runners["xrt_flash"] = ours = _Ours(q, k, v, causal)
+    runners["xrt_flash"] = ours = _Ours(q, k, v, causal, PIN)
     ours.backward()
     torch.cuda.synchronize()
     row["xrt_flash_first_call_s"] = round(time.perf_counter() - start, 2)
     row["xrt_flash_tiles"] = {"forward": ours.forward_detail, "backward": _detail()}
+    if torch.cuda.get_device_capability() == (9, 0):
+        runners["xrt_flash_hopper"] = hopper = _Ours(q, k, v, causal, HOPPER_PIN)
+        hopper.backward()
+        row["xrt_flash_hopper_kernels"] = {"forward": hopper.forward_detail, "backward": _detail()}
     for name in impls:
         try:
             runners[name] = _Sdpa(SDPA_BACKENDS[name], q, k, v, causal, runners["xrt_flash"].do)
@@ -175,16 +186,23 @@ def bench_case(seq: int, dim: int, causal: bool, repeats: int, impls: list[str])
             "fwd_tflops": round(flops / fwd_ms / 1e9, 1),
             "bwd_tflops": round(2.5 * flops / bwd_ms / 1e9, 1),
         }
-    mine = row["xrt_flash"]
-    for peer in ("cudnn", "flash", "efficient"):
-        if peer in row:
-            row[f"fwd_vs_{peer}"] = round(mine["fwd_tflops"] / row[peer]["fwd_tflops"], 3)
-            row[f"bwd_vs_{peer}"] = round(mine["bwd_tflops"] / row[peer]["bwd_tflops"], 3)
+    for ours_name in OURS:
+        if ours_name not in row:
+            continue
+        mine = row[ours_name]
+        prefix = "" if ours_name == "xrt_flash" else "hopper_"
+        for peer in ("cudnn", "flash", "efficient"):
+            if peer in row:
+                ratio = mine["fwd_tflops"] / row[peer]["fwd_tflops"]
+                row[f"{prefix}fwd_vs_{peer}"] = round(ratio, 3)
+                row[f"{prefix}bwd_vs_{peer}"] = round(
+                    mine["bwd_tflops"] / row[peer]["bwd_tflops"], 3
+                )
     if seq <= 2048:
         ref = _reference(q, k, v, causal, ours.do)
         row["errors"] = {
             name: _errors(runners[name].results(), ref)
-            for name in ("xrt_flash", "flash")
+            for name in ("xrt_flash", "xrt_flash_hopper", "cudnn", "flash")
             if name in runners
         }
     del runners
@@ -233,6 +251,36 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
         )
 
 
+def _print_hopper_table(rows: list[dict[str, Any]]) -> None:
+    """xrt_flash_hopper against cuDNN (sm_90 only): TFLOP/s, ratios, max |error| of the output
+    and dq against the float32 reference beside cuDNN's."""
+    rows = [r for r in rows if "xrt_flash_hopper" in r]
+    if not rows:
+        return
+    head = (
+        f"{'hd':>3} {'S':>6} {'causal':>6} | {'fwd: hopper':>11} {'cudnn':>6} {'/cudnn':>6} | "
+        f"{'bwd: hopper':>11} {'cudnn':>6} {'/cudnn':>6} | {'max err out, dq: hopper / cudnn':>36}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        mine, peer = r["xrt_flash_hopper"], r.get("cudnn", {})
+        err = "-"
+        errors = r.get("errors", {})
+        if "xrt_flash_hopper" in errors and "cudnn" in errors:
+            ours, theirs = errors["xrt_flash_hopper"], errors["cudnn"]
+            err = (
+                f"{ours['out'][0]:.1e} {ours['dq'][0]:.1e} / "
+                f"{theirs['out'][0]:.1e} {theirs['dq'][0]:.1e}"
+            )
+        print(
+            f"{r['head_dim']:>3} {r['seqlen']:>6} {'yes' if r['causal'] else 'no':>6} | "
+            f"{mine['fwd_tflops']:>11.0f} {peer.get('fwd_tflops', 0):>6.0f} "
+            f"{r.get('hopper_fwd_vs_cudnn', '-'):>6} | {mine['bwd_tflops']:>11.0f} "
+            f"{peer.get('bwd_tflops', 0):>6.0f} {r.get('hopper_bwd_vs_cudnn', '-'):>6} | {err:>36}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="seqlen 2k and 8k only")
@@ -267,6 +315,7 @@ def main() -> None:
                     flush=True,
                 )
     _print_table(rows)
+    _print_hopper_table(rows)
     print(f"wrote {path} ({time.perf_counter() - started:.0f} s)")
 
 

@@ -277,7 +277,30 @@ def bench_attention_step(repeats: int = 7) -> dict[str, Any]:
         row["core_ops_ms"] = timed(direct)
     except Exception as error:  # the core ops' own signature is the core's business
         row["core_ops_ms"] = f"not measured: {error}"
+    row.update(_step_against_cudnn(step, timed))
     return row
+
+
+def _step_against_cudnn(step: Callable[[], None], timed: Callable[..., float]) -> dict[str, Any]:
+    """The same training step under xrt_flash_hopper (sm_90) and through SDPA's cuDNN backend
+    (the PyTorch user's fastest choice on Hopper), and their ratio (target >= 1.0)."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import xpuruntime.pytorch as xrt_torch
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        return {}
+    with xrt_torch.kernel_policy(attention="xrt_flash_hopper"):
+        for _ in range(3):
+            step()
+        hopper_ms = timed(step)
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):  # fused_attention with no policy: SDPA
+        for _ in range(3):
+            step()
+        cudnn_ms = timed(step)
+    return {"hopper_step_ms": hopper_ms, "cudnn_step_ms": cudnn_ms,
+            "hopper_vs_cudnn": cudnn_ms / hopper_ms}  # fmt: skip
 
 
 def main() -> int:
@@ -323,6 +346,10 @@ def main() -> int:
                   f"{value['core_ops_ms']}")  # fmt: skip
             for kernel in value["kernels"]:
                 print(f"  {kernel['ms']:8.3f} ms  {kernel['name']}")
+            if "hopper_step_ms" in value:
+                print(f"  the same step: xrt_flash_hopper {value['hopper_step_ms']:.3f} ms, SDPA "
+                      f"cuDNN {value['cudnn_step_ms']:.3f} ms, hopper vs cuDNN "
+                      f"{value['hopper_vs_cudnn']:.3f}x (target >= 1.0)")  # fmt: skip
         else:
             print(f"{key}: {value:.1f}")
     print(f"written: {args.json}")

@@ -1,4 +1,5 @@
-"""One xrt_flash forward and one cuDNN SDPA forward for Nsight Compute (attention_profile.sh).
+"""One xrt_flash forward, one xrt_flash_hopper forward (sm_90) and one cuDNN SDPA forward for
+Nsight Compute (attention_profile.sh).
 
 bf16, batch 4, 16 heads, seqlen 4096, head size 128, full attention: one of the forward
 cases of benchmarks/attention_bench.py. Both run once before the profiled range (Triton
@@ -21,16 +22,22 @@ def main() -> None:
     def ours() -> torch.Tensor:
         return launch.forward(q, k, v, causal=False, scale=None, layout="bhsd")[0]
 
+    def hopper() -> torch.Tensor:
+        from xpuruntime.kernels.attention.hopper import hopper_attention_forward
+
+        return hopper_attention_forward(q, k, v, causal=False)[0]
+
     def cudnn() -> torch.Tensor:
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
             return F.scaled_dot_product_attention(q, k, v)
 
-    for fn in (ours, cudnn):
+    kernels = [ours, cudnn] + ([hopper] if torch.cuda.get_device_capability() == (9, 0) else [])
+    for fn in kernels:
         fn()
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
-    ours()
-    cudnn()
+    for fn in kernels:
+        fn()
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
 

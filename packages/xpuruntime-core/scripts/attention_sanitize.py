@@ -1,6 +1,7 @@
 """Small xrt_flash calls for compute-sanitizer (see attention_sanitize.sh): forward and backward
 over the kernels' edge cases (partial last blocks, causal diagonal, GQA/MQA, packed sequences
-with an empty one, both load paths). Sizes are tiny: the sanitizer slows kernels ~100x."""
+with an empty one, both load paths); on sm_90 the same edge cases through xrt_flash_hopper's
+Gluon forward (every variant) and backward. Sizes are tiny: the sanitizer slows kernels ~100x."""
 
 from __future__ import annotations
 
@@ -50,11 +51,33 @@ def packed(causal: bool) -> None:
     assert all(torch.isfinite(t).all() for t in (out, *grads))
 
 
+def hopper(heads: int, kv_heads: int, seq_q: int, seq_k: int, dim: int, causal: bool) -> None:
+    """The Gluon Hopper forward (every variant of the head size) and backward."""
+    from xpuruntime.kernels.attention import hopper_bwd
+    from xpuruntime.kernels.attention.hopper import hopper_attention_forward, variant_names
+
+    q = torch.randn(2, heads, seq_q, dim, device="cuda", dtype=torch.bfloat16)
+    k, v = (
+        torch.randn(2, kv_heads, seq_k, dim, device="cuda", dtype=torch.bfloat16) for _ in range(2)
+    )
+    for name in variant_names(dim):
+        out, lse = hopper_attention_forward(q, k, v, causal=causal, variant=name)
+    grads = hopper_bwd.hopper_attention_backward(
+        torch.randn_like(out), q, k, v, out, lse, causal=causal
+    )
+    torch.cuda.synchronize()
+    assert all(torch.isfinite(t).all() for t in (out, *grads))
+
+
 def main() -> None:
+    on_hopper = torch.cuda.get_device_capability() == (9, 0)
     for causal in (False, True):
         dense(4, 4, 200, 64, causal)
         dense(4, 1, 130, 128, causal)
         packed(causal)
+        if on_hopper:
+            hopper(4, 4, 200, 200, 64, causal)
+            hopper(4, 1, 130, 250, 128, causal)
     print("attention_sanitize: all calls finished")
 
 
