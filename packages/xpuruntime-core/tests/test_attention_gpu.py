@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 import xpuruntime.ops as ops  # noqa: E402
+from xpuruntime.kernels.attention import HOPPER_LIBRARY, LIBRARY  # noqa: E402
 from xpuruntime.policies import KernelPolicy  # noqa: E402
 from xpuruntime.runtime.record import ExecutionRecord  # noqa: E402
 
@@ -149,22 +150,72 @@ def test_numerics_no_worse_than_flash_attention_2(
 
 
 @needs_sm90
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize(("batch", "heads", "kv_heads", "seq", "dim"), CASES)
-def test_hopper_forward_with_the_triton_backward_no_worse_than_flash_attention_2(
-    batch: int, heads: int, kv_heads: int, seq: int, dim: int, causal: bool
+def test_hopper_forward_and_backward_no_worse_than_flash_attention_2(
+    batch: int, heads: int, kv_heads: int, seq: int, dim: int, causal: bool, dtype: Any
 ) -> None:
     record = ExecutionRecord(kind="training")
     _compare_with_flash_attention_2(
-        batch, heads, kv_heads, seq, dim, causal, torch.bfloat16, HOPPER_PIN, record
+        batch, heads, kv_heads, seq, dim, causal, dtype, HOPPER_PIN, record
     )
     forward, backward = record.decisions
     assert (forward.kernel, forward.mode) == ("xrt_flash_hopper", "pin")
     assert "gluon hopper forward" in forward.reason
-    # The backward is xrt_flash's Triton kernels, and its decision says so.
+    # Head sizes 64 and 128: the Gluon Hopper backward, and its decision says so.
     assert (backward.kernel, backward.mode) == ("xrt_flash_hopper", "pin")
-    assert "backward: xrt_flash's Triton kernels" in backward.reason
-    assert "triton backward" in backward.reason
+    assert "backward: gluon hopper backward (dK/dV + dQ kernels)" in backward.reason
+    assert "triton" not in backward.reason
+    last = ops.last_decision()
+    assert last is not None
+    assert last.library == HOPPER_LIBRARY
+
+
+@needs_sm90
+def test_hopper_backward_at_head_size_256_runs_the_triton_backward_and_says_why() -> None:
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    q, k, v, do = (
+        torch.randn(1, 4, 700, 256, device="cuda", generator=gen).half() for _ in range(4)
+    )
+    record = ExecutionRecord(kind="training")
+    ours = _xrt(q, k, v, True, do, HOPPER_PIN, record)
+    forward, backward = record.decisions
+    assert "gluon hopper forward" in forward.reason
+    assert backward.kernel == "xrt_flash_hopper"
+    assert (
+        "backward: xrt_flash's Triton kernels (the Hopper backward supports head sizes 64 and "
+        "128, not 256); triton backward" in backward.reason
+    )
+    last = ops.last_decision()
+    assert last is not None
+    assert last.library == LIBRARY  # what ran, not the forward's library
+    ref = _reference(q, k, v, True, do)
+    for name, got, want in zip(("out", "dq", "dk", "dv"), ours, ref, strict=True):
+        err = (got.float() - want).abs().max().item()
+        assert err < 2e-2, f"{name}: max error {err}"  # test_other_head_sizes' bound
+
+
+@needs_sm90
+def test_hopper_backward_in_bshd_layout_on_a_given_stream_matches_the_triton_backward() -> None:
+    from xpuruntime.kernels.attention import launch
+
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    q, do = (torch.randn(2, 600, 8, 64, device="cuda", generator=gen).half() for _ in range(2))
+    k, v = (torch.randn(2, 600, 2, 64, device="cuda", generator=gen).half() for _ in range(2))
+    out, lse = ops.attention(q, k, v, causal=True, return_lse=True, policy=HOPPER_PIN)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        gluon = ops.attention_backward(do, q, k, v, out, lse, causal=True, policy=HOPPER_PIN)
+    stream.synchronize()
+    last = ops.last_decision()
+    assert last is not None
+    assert last.detail.startswith("backward: gluon hopper backward")
+    triton = launch.backward(do, q, k, v, out, lse, causal=True, scale=None, layout="bshd")
+    for name, got, want in zip(("dq", "dk", "dv"), gluon, triton[:3], strict=True):
+        assert got.is_contiguous(), name
+        torch.testing.assert_close(got, want, atol=1e-2, rtol=0, msg=name)
 
 
 @needs_sm90

@@ -1,6 +1,7 @@
 """On a CUDA GPU: fused_attention under xrt_flash runs xpuruntime's kernels, compiles with
 inductor as one graph, captures in CUDA graphs, and explain() names the kernels; on an sm_90
-GPU the same for xrt_flash_hopper (the Gluon Hopper forward with xrt_flash's backward)."""
+GPU the same for xrt_flash_hopper (the Gluon Hopper forward and backward; xrt_flash's
+backward at head size 256, which the Gluon backward does not take)."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def test_forward_and_backward_capture_in_cuda_graphs() -> None:
     assert torch.isfinite(q.grad).all()
 
 
-# --- xrt_flash_hopper: the Gluon Hopper forward with xrt_flash's Triton backward ---------
+# --- xrt_flash_hopper: the Gluon Hopper forward and backward ------------------------------
 
 SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 needs_sm90 = pytest.mark.skipif(
@@ -121,7 +122,31 @@ def test_hopper_forward_and_backward_match_sdpa(
     (decision,) = [d for d in record.decisions if d.op == "attention"]
     assert (decision.kernel, decision.mode) == ("xrt_flash_hopper", "pin")
     assert "gluon hopper forward" in decision.reason
-    assert "xrt_flash's Triton kernels" in decision.reason  # what its backward runs
+    # What its backward runs on these inputs (the record is written at the forward).
+    assert "backward: gluon hopper backward (dK/dV + dQ kernels)" in decision.reason
+    assert record.fallbacks == []
+
+
+@needs_sm90
+def test_hopper_at_head_size_256_runs_the_triton_backward_and_says_why() -> None:
+    q, k, v = _qkv(heads=4, kv_heads=2, seq=700, dim=256)
+    with xrt_torch.kernel_policy(attention="xrt_flash_hopper") as record:
+        out = fused_attention(q, k, v, is_causal=True, enable_gqa=True)
+        grad = torch.randn_like(out)
+        out.backward(grad)
+    leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*leaves, is_causal=True, enable_gqa=True)
+    ref.backward(grad.float())
+    torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=0)
+    for got, want in zip((q.grad, k.grad, v.grad), leaves, strict=True):
+        torch.testing.assert_close(got.float(), want.grad, atol=5e-2, rtol=0)
+    (decision,) = [d for d in record.decisions if d.op == "attention"]
+    assert decision.kernel == "xrt_flash_hopper"
+    assert "gluon hopper forward" in decision.reason
+    assert (
+        "backward: xrt_flash's Triton kernels (the Hopper backward supports head sizes 64 and "
+        "128, not 256)" in decision.reason
+    )
     assert record.fallbacks == []
 
 
@@ -137,7 +162,7 @@ def test_pinned_xrt_flash_keeps_the_triton_forward_on_hopper() -> None:
 
 
 @needs_sm90
-def test_explain_names_the_hopper_forward_and_the_triton_backward() -> None:
+def test_explain_names_the_hopper_forward_and_backward_kernels() -> None:
     q, k, v = _qkv()
 
     def step() -> None:
@@ -150,9 +175,13 @@ def test_explain_names_the_hopper_forward_and_the_triton_backward() -> None:
     for kernel in record.kernels:
         if kernel.op == "attention":
             by_library.setdefault(kernel.library, set()).add(kernel.name)
-    assert "_xrt_attn_fwd_hopper" in by_library.get("xrt_attention_hopper", set()), by_library
-    assert {"_xrt_attn_bwd_dkdv", "_xrt_attn_bwd_dq"} <= by_library.get("xrt_attention", set())
-    assert "_xrt_attn_fwd" not in by_library.get("xrt_attention", set())
+    assert by_library.get("xrt_attention_hopper") == {
+        "_xrt_attn_fwd_hopper",
+        "_xrt_attn_bwd_prep_hopper",
+        "_xrt_attn_bwd_dkdv_hopper",
+        "_xrt_attn_bwd_dq_hopper",
+    }, by_library
+    assert "xrt_attention" not in by_library  # no Triton kernel ran
     assert not set(by_library) & {"flash_attention", "efficient_attention", "cudnn_attention"}
     assert record.fallbacks == []
 

@@ -5,8 +5,9 @@ The dispatcher resolves op ``attention`` (query shape
 kernel — ``xrt_flash_hopper``, the warp-specialised Gluon forward, on Hopper GPUs where it
 runs; ``xrt_flash``, xpuruntime's Triton FlashAttention kernels; or, where a policy names it,
 ``xrt_flash_fp8``, their float8 (e4m3) forward for inference — and the call runs it. The
-backward of ``xrt_flash_hopper`` is ``xrt_flash``'s Triton backward (the same log-sum-exp),
-and its decision says so. Inputs are PyTorch CUDA tensors (other DLPack producers are viewed
+backward of ``xrt_flash_hopper`` is the Gluon Hopper backward where it runs (head sizes 64
+and 128) and ``xrt_flash``'s Triton backward on the same log-sum-exp elsewhere; its decision
+says which ran and why. Inputs are PyTorch CUDA tensors (other DLPack producers are viewed
 as torch tensors); torch and Triton are imported on the first call, never by
 ``import xpuruntime``.
 
@@ -295,24 +296,26 @@ def attention_backward(
             f"got {tuple(log_sum_exp.shape)}"
         )
     decision = _resolve(query, dims, varlen, causal, policy)
-    from xpuruntime.kernels.attention import FP8_KERNEL, HOPPER_KERNEL, KERNEL, LIBRARY, launch
+    from xpuruntime.kernels.attention import FP8_KERNEL, HOPPER_KERNEL, LIBRARY, launch
 
     if decision[1] == FP8_KERNEL:
         raise UnsupportedOperationError(
             f"attention_backward: {FP8_KERNEL!r} is a forward for inference and has no "
             "backward; train with attention='xrt_flash'"
         )
-    dq, dk, dv, detail = launch.backward(
-        d_out, query, key, value, output, log_sum_exp, causal=causal, scale=scale,
-        layout="thd" if is_varlen else layout, varlen=varlen,
-        stream=None if stream is None else stream_handle(stream),
-    )  # fmt: skip
-    if decision[1] == HOPPER_KERNEL:
-        # The decision names the kernel the policy chose; what ran is xrt_flash's backward.
-        decision = (decision[0], decision[1], LIBRARY, *decision[3:])
-        detail = (
-            f"backward: {KERNEL}'s Triton kernels ({HOPPER_KERNEL} has no Hopper backward "
-            f"yet); {detail}"
-        )
+    handle = None if stream is None else stream_handle(stream)
+    if decision[1] == HOPPER_KERNEL:  # dense only: its support check refuses cu_seqlens
+        dq, dk, dv, detail = launch.hopper_backward(
+            d_out, query, key, value, output, log_sum_exp, causal=causal, scale=scale,
+            layout=layout, stream=handle,
+        )  # fmt: skip
+        if not launch.hopper_backward_plan(query, layout=layout)[0]:
+            # The decision names the kernel the policy chose; what ran is xrt_flash's backward.
+            decision = (decision[0], decision[1], LIBRARY, *decision[3:])
+    else:
+        dq, dk, dv, detail = launch.backward(
+            d_out, query, key, value, output, log_sum_exp, causal=causal, scale=scale,
+            layout="thd" if is_varlen else layout, varlen=varlen, stream=handle,
+        )  # fmt: skip
     note(decision, detail, record)
     return dq, dk, dv

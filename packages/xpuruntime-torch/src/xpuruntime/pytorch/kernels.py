@@ -11,8 +11,12 @@ __all__ = ["LIBRARY_KERNEL", "kernel_library", "policy_op"]
 
 # (substring of the lower-cased kernel name, library); first match wins.
 _LIBRARY_MARKERS: tuple[tuple[str, str], ...] = (
-    # xpuruntime's Gluon Hopper forward, then its Triton attention kernels (before "flash")
+    # xpuruntime's Gluon Hopper forward and backward kernels, then its Triton attention
+    # kernels (before "flash")
     ("_xrt_attn_fwd_hopper", "xrt_attention_hopper"),
+    ("_xrt_attn_bwd_prep_hopper", "xrt_attention_hopper"),
+    ("_xrt_attn_bwd_dkdv_hopper", "xrt_attention_hopper"),
+    ("_xrt_attn_bwd_dq_hopper", "xrt_attention_hopper"),
     ("_xrt_attn", "xrt_attention"),
     ("flash", "flash_attention"),
     ("fmha_cutlass", "efficient_attention"),
@@ -31,9 +35,10 @@ _LIBRARY_MARKERS: tuple[tuple[str, str], ...] = (
 # library -> the kernel name the policy uses for it, for libraries whose kernels are told
 # apart by name with certainty. cuBLAS and cuBLASLt share kernels (cuBLAS calls into
 # cuBLASLt's heuristics), so a gemm kernel's name cannot prove which API launched it: matmul
-# is verified by reading preferred_blas_library back, not by kernel names. The Hopper forward
-# is left out: ``xrt_flash_hopper`` runs xrt_flash's Triton backward kernels, so those kernels
-# under its policy are not a fallback, and by name alone they cannot be told apart.
+# is verified by reading preferred_blas_library back, not by kernel names. The Hopper kernels
+# are left out: ``xrt_flash_hopper`` runs xrt_flash's Triton backward kernels where its Gluon
+# backward does not take the call (head size 256), so those kernels under its policy are not a
+# fallback, and by name alone they cannot be told apart.
 LIBRARY_KERNEL = {
     "xrt_attention": "xrt_flash",
     "flash_attention": "flash_v2",

@@ -188,7 +188,8 @@ def _plan_matmul(kernel: str, mode: str, out: Plan) -> None:
 
 _XRT_ATTENTION_KERNELS = {
     XRT_ATTENTION_KERNEL: "xpuruntime's Triton kernels",
-    XRT_HOPPER_KERNEL: "xpuruntime's Hopper forward (Gluon) and Triton backward",
+    XRT_HOPPER_KERNEL: "xpuruntime's Hopper forward and backward (Gluon; head size 256: Triton "
+    "backward)",
 }
 
 

@@ -14,9 +14,10 @@ Public entry points: :func:`xpuruntime.ops.attention` / :func:`xpuruntime.ops.at
 and, for training, :func:`xpuruntime.pytorch.ops.fused_attention` under a policy naming
 ``xrt_flash``.
 
-``xrt_flash_hopper`` is a warp-specialised forward for Hopper (sm_90) written in Gluon
-(:mod:`.hopper`), registered first so that the automatic choice takes it where it runs; its
-backward is ``xrt_flash``'s Triton backward on the same log-sum-exp (no Hopper backward yet).
+``xrt_flash_hopper`` is a warp-specialised forward and backward for Hopper (sm_90) written in
+Gluon (:mod:`.hopper`, :mod:`.hopper_bwd`), registered first so that the automatic choice
+takes it where it runs; a backward the Gluon kernels do not serve (head size 256) runs on
+``xrt_flash``'s Triton backward on the same log-sum-exp, and the decision says so.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ FP8_LIBRARY = "xpuruntime Triton fp8"
 #: The warp-specialised Hopper (sm_90) forward, in Gluon: registered before ``xrt_flash``, so
 #: the automatic choice takes it on an H100/H200 where it can run the call and passes to
 #: ``xrt_flash`` elsewhere (the decision's reason lists why it was passed over). Its backward
-#: is ``xrt_flash``'s Triton backward on the same log-sum-exp.
+#: is the Gluon Hopper backward where it serves the call, else ``xrt_flash``'s Triton one.
 HOPPER_KERNEL = "xrt_flash_hopper"
 HOPPER_LIBRARY = "xpuruntime Gluon (Hopper, warp-specialised)"
 

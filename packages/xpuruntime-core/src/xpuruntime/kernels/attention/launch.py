@@ -33,11 +33,23 @@ from xpuruntime.kernels.attention import _kernels
 from xpuruntime.kernels.attention.tiles import Pass, TileConfig, candidates, interpreter_tiles
 from xpuruntime.runtime.errors import UnsupportedOperationError, XpuRuntimeError
 
-__all__ = ["Layout", "Varlen", "backward", "forward", "hopper_forward", "set_tuning"]
+__all__ = [
+    "HOPPER_BACKWARD",
+    "Layout",
+    "Varlen",
+    "backward",
+    "forward",
+    "hopper_backward",
+    "hopper_backward_plan",
+    "hopper_forward",
+    "set_tuning",
+]
 
 Layout = Literal["bshd", "bhsd", "thd"]
 _LOG2E = 1.4426950408889634
 _INT32_MAX = 2**31 - 1
+#: How :func:`hopper_backward`'s detail begins when the Gluon Hopper backward runs.
+HOPPER_BACKWARD = "backward: gluon hopper backward (dK/dV + dQ kernels)"
 
 
 @dataclass(frozen=True)
@@ -489,3 +501,74 @@ def backward(
             )
             detail = f"dkdv {dkdv}, dq {dqd}"
     return dq, dk, dv, "triton backward " + detail
+
+
+def _hopper_backward_unsupported(q: torch.Tensor, layout: Literal["bshd", "bhsd"]) -> str:
+    """'' when the Gluon Hopper backward (:mod:`.hopper_bwd`) takes these inputs, else why not
+    (its own checks, read before the launch so that the call can go to xrt_flash instead)."""
+    from xpuruntime.kernels.attention.hopper import _capability as cached_capability
+    from xpuruntime.kernels.attention.hopper_bwd import HEAD_DIMS
+
+    sizes = " and ".join(map(str, HEAD_DIMS))
+    if q.dtype not in (torch.bfloat16, torch.float16):
+        return f"the Hopper backward supports bfloat16 and float16, not {q.dtype}"
+    if q.shape[-1] not in HEAD_DIMS:
+        return f"the Hopper backward supports head sizes {sizes}, not {q.shape[-1]}"
+    if q.device.type != "cuda":
+        return f"the Hopper backward runs on CUDA sm_90 GPUs, not {q.device}"
+    major, minor = cached_capability(q.device.index if q.device.index is not None else -1)
+    if (major, minor) != (9, 0):
+        return f"the Hopper backward runs on sm_90 GPUs, not compute capability {major}.{minor}"
+    batch, heads = q.shape[0], q.shape[2 if layout == "bshd" else 1]
+    if batch * heads > 65535:  # its grids' second dimension
+        return f"the Hopper backward launches at most 65535 (batch, head) rows, not {batch * heads}"
+    return ""
+
+
+def hopper_backward_plan(q: torch.Tensor, *, layout: Literal["bshd", "bhsd"]) -> tuple[bool, str]:
+    """(whether :func:`hopper_backward` runs the Gluon Hopper backward on this query, how its
+    detail begins: which backward runs and, for xrt_flash's, why)."""
+    reason = _hopper_backward_unsupported(q, layout)
+    if reason:
+        return False, f"backward: xrt_flash's Triton kernels ({reason})"
+    return True, HOPPER_BACKWARD
+
+
+def hopper_backward(
+    grad_out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    *,
+    causal: bool,
+    scale: float | None,
+    layout: Literal["bshd", "bhsd"],
+    stream: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, str]:
+    """:func:`backward`'s contract after an ``xrt_flash_hopper`` forward: the Gluon Hopper
+    backward (:mod:`.hopper_bwd`) where it takes the call, else xrt_flash's Triton backward
+    on the same log-sum-exp; the detail says which ran (:func:`hopper_backward_plan`)."""
+    gluon, plan = hopper_backward_plan(q, layout=layout)
+    if not gluon:
+        dq, dk, dv, detail = backward(
+            grad_out, q, k, v, out, lse, causal=causal, scale=scale, layout=layout, stream=stream
+        )
+        return dq, dk, dv, f"{plan}; {detail}"
+    from xpuruntime.kernels.attention.hopper_bwd import VARIANT_ENV, hopper_attention_backward
+
+    def bhsd(x: torch.Tensor) -> torch.Tensor:  # the kernel's (batch, heads, seq, dim) view
+        return x.transpose(1, 2) if layout == "bshd" else x
+
+    grad_out, q, k, v, out = (_inner_contiguous(x) for x in (grad_out, q, k, v, out))
+    grads = hopper_attention_backward(
+        bhsd(grad_out), bhsd(q), bhsd(k), bhsd(v), bhsd(out), lse,
+        causal=causal, scale=scale, stream=stream,
+    )  # fmt: skip
+    # Its gradients keep the inputs' strides where TMA can store to them; the contract here
+    # is contiguous in the layout (what the custom ops' fakes promise), so others are copied.
+    with _on_device(q.device, stream):
+        dq, dk, dv = (bhsd(g).contiguous() for g in grads)
+    chosen = os.environ.get(VARIANT_ENV)  # else the kernel's own default for the head size
+    return dq, dk, dv, plan + (f" variant {chosen} (from {VARIANT_ENV})" if chosen else "")

@@ -61,13 +61,17 @@ def _pin(kernel: str) -> KernelPolicy:
 def attention_forward(
     query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: float | None, kernel: str
 ) -> tuple[Tensor, Tensor, str]:
-    """(output, log-sum-exp, detail) of the core's ``kernel`` on SDPA-layout tensors."""
+    """(output, log-sum-exp, detail) of the core's ``kernel`` on SDPA-layout tensors. For
+    ``xrt_flash_hopper`` the detail also says which backward :func:`attention_backward` will
+    run on these inputs (the record is written once, at the forward)."""
     from xpuruntime.kernels.attention import launch
 
     if kernel == xrt_attention.HOPPER_KERNEL:
-        return launch.hopper_forward(
+        out, lse, detail = launch.hopper_forward(
             query, key, value, causal=is_causal, scale=scale, layout="bhsd"
         )
+        _, backward = launch.hopper_backward_plan(query, layout="bhsd")
+        return out, lse, f"{detail}; {backward}"
     return launch.forward(query, key, value, causal=is_causal, scale=scale, layout="bhsd")
 
 
@@ -80,11 +84,17 @@ def attention_backward(
     lse: Tensor,
     is_causal: bool,
     scale: float | None,
+    kernel: str,
 ) -> tuple[Tensor, Tensor, Tensor, str]:
-    """(dq, dk, dv, detail) of ``xrt_flash``'s backward on SDPA-layout tensors (the backward
-    of both core kernels: they share the log-sum-exp)."""
+    """(dq, dk, dv, detail) of the backward after the core's ``kernel`` ran the forward on
+    SDPA-layout tensors: ``xrt_flash``'s, or after ``xrt_flash_hopper`` the Gluon Hopper
+    backward where it takes the call (else ``xrt_flash``'s, on the same log-sum-exp)."""
     from xpuruntime.kernels.attention import launch
 
+    if kernel == xrt_attention.HOPPER_KERNEL:
+        return launch.hopper_backward(
+            grad, query, key, value, out, lse, causal=is_causal, scale=scale, layout="bhsd"
+        )
     return launch.backward(
         grad, query, key, value, out, lse, causal=is_causal, scale=scale, layout="bhsd"
     )

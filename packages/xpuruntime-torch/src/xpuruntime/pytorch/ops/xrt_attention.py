@@ -2,9 +2,10 @@
 
 :func:`~xpuruntime.pytorch.ops.fused_attention` runs these when the policy's ``attention``
 entry names ``xrt_flash`` (the Triton kernels) or ``xrt_flash_hopper`` (the Gluon Hopper
-forward; the op's ``kernel`` argument, default ``xrt_flash``). The forward op returns the output
-and the log-sum-exp, which autograd saves for the backward op (dq, dk, dv from the core's
-Triton backward kernels, which both forwards' log-sum-exp feeds; no recomputation of the
+kernels; the op's ``kernel`` argument, default ``xrt_flash``). The forward op returns the output
+and the log-sum-exp, which autograd saves for the backward op with the kernel (dq, dk, dv from
+the core's Triton backward kernels, or after ``xrt_flash_hopper`` its Gluon Hopper backward
+where that takes the call: both forwards' log-sum-exp feeds either; no recomputation of the
 forward). Whether the kernel can serve a call is decided inside the ops, at run time, so
 ``torch.compile(fullgraph=True)`` traces one opaque op either way; the fake implementations
 give the output shapes. Launches allocate through PyTorch's caching allocator on the current
@@ -34,10 +35,7 @@ __all__ = ["KERNELS", "call_unsupported", "refuse", "xrt_flash_attention"]
 #: The policy's attention kernels these ops run, and what the record calls each.
 KERNELS = {
     KERNEL: "xpuruntime's Triton kernels",
-    HOPPER_KERNEL: (
-        "xpuruntime's Gluon Hopper forward (its backward, where one runs: xrt_flash's Triton "
-        "kernels, no Hopper backward yet)"
-    ),
+    HOPPER_KERNEL: "xpuruntime's Gluon Hopper kernels (the detail names the backward's)",
 }
 
 
@@ -134,9 +132,9 @@ def _backward(
     kernel: str = KERNEL,
 ) -> tuple[Tensor, Tensor, Tensor]:
     chosen, _ = _core_kernels.attention_kernel(query, key, is_causal, kernel)
-    if chosen:  # either kernel's forward: xrt_flash's backward on its log-sum-exp
+    if chosen:  # the forward ran ``chosen``: its backward on its log-sum-exp
         dq, dk, dv, _ = _core_kernels.attention_backward(
-            grad, query, key, value, out, lse, is_causal, scale
+            grad, query, key, value, out, lse, is_causal, scale, chosen
         )
         return dq, dk, dv
     # The forward fell back (prefer): differentiate PyTorch's SDPA by recomputing it.
