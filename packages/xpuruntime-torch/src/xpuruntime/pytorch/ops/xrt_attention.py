@@ -2,7 +2,8 @@
 
 :func:`~xpuruntime.pytorch.ops.fused_attention` runs these when the policy's ``attention``
 entry names ``xrt_flash`` (the Triton kernels) or ``xrt_flash_hopper`` (the Gluon Hopper
-kernels; the op's ``kernel`` argument, default ``xrt_flash``). The forward op returns the output
+kernels; the op's ``requested`` argument, default ``xrt_flash``: not ``kernel``, a name
+inductor's fallback lowering takes for itself). The forward op returns the output
 and the log-sum-exp, which autograd saves for the backward op with the kernel (dq, dk, dv from
 the core's Triton backward kernels, or after ``xrt_flash_hopper`` its Gluon Hopper backward
 where that takes the call: both forwards' log-sum-exp feeds either; no recomputation of the
@@ -88,9 +89,9 @@ def _forward(
     is_causal: bool,
     scale: float | None,
     mode: str,
-    kernel: str = KERNEL,
+    requested: str = KERNEL,
 ) -> tuple[Tensor, Tensor]:
-    chosen, reason = _core_kernels.attention_kernel(query, key, is_causal, kernel)
+    chosen, reason = _core_kernels.attention_kernel(query, key, is_causal, requested)
     if chosen:
         out, lse, detail = _core_kernels.attention_forward(
             query, key, value, is_causal, scale, chosen
@@ -99,7 +100,7 @@ def _forward(
             "attention", chosen, mode, f"{KERNELS[chosen]}; {detail}", **describe(query)
         )
         return out, lse
-    refuse(kernel, reason, mode, query)
+    refuse(requested, reason, mode, query)
     out = _sdpa(query, key, value, is_causal, scale).contiguous()
     # PyTorch's SDPA does not return it; the fallback backward recomputes instead.
     return out, query.new_full(_lse_shape(query), float("nan"), dtype=torch.float32)
@@ -112,7 +113,7 @@ def _forward_fake(
     is_causal: bool,
     scale: float | None,
     mode: str,
-    kernel: str = KERNEL,
+    requested: str = KERNEL,
 ) -> tuple[Tensor, Tensor]:
     return torch.empty_like(query, memory_format=torch.contiguous_format), query.new_empty(
         _lse_shape(query), dtype=torch.float32
@@ -129,9 +130,9 @@ def _backward(
     is_causal: bool,
     scale: float | None,
     mode: str,
-    kernel: str = KERNEL,
+    requested: str = KERNEL,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    chosen, _ = _core_kernels.attention_kernel(query, key, is_causal, kernel)
+    chosen, _ = _core_kernels.attention_kernel(query, key, is_causal, requested)
     if chosen:  # the forward ran ``chosen``: its backward on its log-sum-exp
         dq, dk, dv, _ = _core_kernels.attention_backward(
             grad, query, key, value, out, lse, is_causal, scale, chosen
@@ -155,7 +156,7 @@ def _backward_fake(
     is_causal: bool,
     scale: float | None,
     mode: str,
-    kernel: str = KERNEL,
+    requested: str = KERNEL,
 ) -> tuple[Tensor, Tensor, Tensor]:
     return tuple(  # type: ignore[return-value]
         torch.empty_like(t, memory_format=torch.contiguous_format) for t in (query, key, value)
@@ -163,10 +164,10 @@ def _backward_fake(
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-    query, key, value, is_causal, scale, mode, kernel = inputs
+    query, key, value, is_causal, scale, mode, requested = inputs
     out, lse = output
     ctx.save_for_backward(query, key, value, out, lse)
-    ctx.is_causal, ctx.scale, ctx.mode, ctx.kernel = is_causal, scale, mode, kernel
+    ctx.is_causal, ctx.scale, ctx.mode, ctx.requested = is_causal, scale, mode, requested
     # The log-sum-exp gets no gradient: without this autograd would fill a zero tensor for
     # it on every backward (an elementwise kernel the training step does not need).
     ctx.mark_non_differentiable(lse)
@@ -181,7 +182,7 @@ def _autograd_backward(
     query, key, value, out, lse = ctx.saved_tensors
     dq, dk, dv = torch.ops.xpuruntime.xrt_flash_attention_backward(
         grad.contiguous(), query, key, value, out, lse, ctx.is_causal, ctx.scale, ctx.mode,
-        ctx.kernel,
+        ctx.requested,
     )  # fmt: skip
     return dq, dk, dv, None, None, None, None
 
