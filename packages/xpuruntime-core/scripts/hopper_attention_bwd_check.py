@@ -43,19 +43,7 @@ _config = fwd_check._config
 
 
 def configs(quick: bool) -> list[Config]:
-    odd = [
-        _config(128, 1000, True, label="S%128!=0"),
-        _config(128, 1000, False, label="S%128!=0"),
-        _config(64, 777, True, label="S%128!=0"),
-        _config(128, 2048, True, kv_ratio=4, label="GQA 4:1"),
-        _config(128, 2048, False, kv_ratio=4, label="GQA 4:1"),
-        _config(64, 2048, True, kv_ratio=4, label="GQA 4:1"),
-        _config(128, 2048, True, dtype="fp16", label="fp16"),
-        _config(64, 2048, False, dtype="fp16", label="fp16"),
-        _config(128, 1000, True, seqlen_k=1500, batch=8, label="Sq<Sk"),
-        _config(128, 1536, True, seqlen_k=520, batch=8, label="Sq>Sk"),
-        _config(64, 300, False, seqlen_k=70, batch=8, label="short"),
-    ]
+    odd = fwd_check.odd_configs()
     if quick:
         return [
             _config(128, 4096, True),

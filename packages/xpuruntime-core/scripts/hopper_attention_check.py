@@ -54,8 +54,9 @@ def _config(
     }
 
 
-def configs(quick: bool) -> list[Config]:
-    odd = [
+def odd_configs() -> list[Config]:
+    """The edge cases beside the grid (the backward check runs them too)."""
+    return [
         _config(128, 1000, True, label="S%128!=0"),
         _config(128, 1000, False, label="S%128!=0"),
         _config(64, 777, True, label="S%128!=0"),
@@ -69,6 +70,10 @@ def configs(quick: bool) -> list[Config]:
         _config(128, 1000, False, seqlen_k=3000, batch=8, label="Sq<Sk"),
         _config(64, 300, False, seqlen_k=70, batch=8, label="short"),
     ]
+
+
+def configs(quick: bool) -> list[Config]:
+    odd = odd_configs()
     if quick:
         return [
             _config(128, 4096, False),
