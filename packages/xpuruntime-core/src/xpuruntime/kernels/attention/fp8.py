@@ -38,10 +38,10 @@ from xpuruntime.kernels.attention.launch import (
     _interpreting,
     _launch,
     _length_bucket,
-    _on_device,
     _run_tiled,
     _strides,
 )
+from xpuruntime.kernels.attention.streams import on_device
 from xpuruntime.kernels.attention.tiles import (
     FP8_SCALE_BLOCK,
     TileConfig,
@@ -174,7 +174,7 @@ def quantize(
     q, k, v = (_inner_contiguous(x) for x in (q, k, v))
     g = _geometry(q, k, layout, varlen)
     cu_k = None if varlen is None else varlen.cu_seqlens_k
-    with _on_device(q.device, stream):
+    with on_device(q.device, stream):
         k8, k_scale, v_scale = _quantize_key(k, v, layout, cu_k, g, block)
         if layout == "thd":
             vt = torch.empty((g.kv_heads, g.head_dim, v.shape[0]), dtype=FP8, device=v.device)
@@ -308,7 +308,7 @@ def forward(
             QUANT_Q=qz.q_scale is None,
         )  # fmt: skip
 
-    with _on_device(q.device, stream):
+    with on_device(q.device, stream):
         if tiles is not None:
             launch(tiles)
             detail = tiles.describe() + " (given)"

@@ -375,7 +375,7 @@ def hopper_attention_forward(
     if out is not None:
         _check_out(out, q)
     # Triton only past the checks; launch's stream context is the one xrt_flash uses.
-    from xpuruntime.kernels.attention.launch import _on_device
+    from xpuruntime.kernels.attention.streams import on_device
 
     batch, heads, seqlen_q, head_dim = q.shape
     seqlen_k = k.shape[2]
@@ -386,7 +386,7 @@ def hopper_attention_forward(
             f"hopper attention launches one CTA row per (batch, head): {batch * heads} is past "
             "CUDA's 65535 limit on a grid's y dimension"
         )
-    with _on_device(q.device, stream):
+    with on_device(q.device, stream):
         q, k, v = (_tma_ready(x) for x in (q, k, v))
         # The kernel's output: the caller's tensor when TMA can address it, else one with the
         # query's (TMA-ready) strides, copied into ``out`` afterwards.

@@ -167,9 +167,9 @@ def hopper_attention_backward(
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
     config = _variant(head_dim, variant)
     from xpuruntime.kernels.attention.hopper import _tma_ready
-    from xpuruntime.kernels.attention.launch import _on_device
+    from xpuruntime.kernels.attention.streams import on_device
 
-    with _on_device(q.device, stream):
+    with on_device(q.device, stream):
         q, k, v, grad_out = (_tma_ready(x) for x in (q, k, v, grad_out))
         dq, dk, dv = (_gradient_like(x) for x in (q, k, v))
         if batch * heads == 0 or seqlen_q == 0 or seqlen_k == 0:

@@ -21,8 +21,7 @@ import functools
 import math
 import os
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -30,6 +29,7 @@ import torch
 import triton
 
 from xpuruntime.kernels.attention import _kernels
+from xpuruntime.kernels.attention.streams import on_device
 from xpuruntime.kernels.attention.tiles import Pass, TileConfig, candidates, interpreter_tiles
 from xpuruntime.runtime.errors import UnsupportedOperationError, XpuRuntimeError
 
@@ -256,20 +256,6 @@ def _run_tiled(
         return detail
 
 
-@contextmanager
-def _on_device(device: torch.device, stream: int | None) -> Iterator[None]:
-    if device.type != "cuda":
-        yield
-        return
-    with torch.cuda.device(device):
-        if stream is None:
-            yield
-        else:
-            external = torch.cuda.ExternalStream(stream, device=device)  # type: ignore[no-untyped-call]
-            with torch.cuda.stream(external):
-                yield
-
-
 def _scratch(device: torch.device) -> Callable[[int, int, int | None], torch.Tensor]:
     def allocate(size: int, alignment: int, stream: int | None) -> torch.Tensor:
         return torch.empty(size, dtype=torch.int8, device=device)
@@ -361,7 +347,7 @@ def forward(
             WARP_SPECIALIZE=t.warp_specialize,
         )  # fmt: skip
 
-    with _on_device(q.device, stream):
+    with on_device(q.device, stream):
         if tiles is not None:
             launch(tiles)
             detail = tiles.describe() + " (given)"
@@ -473,7 +459,7 @@ def backward(
         )  # fmt: skip
 
     delta_tiles = TileConfig(64, 64, 4, 1)
-    with _on_device(q.device, stream):
+    with on_device(q.device, stream):
         _launch(
             _kernels._xrt_attn_bwd_delta, (_cdiv(g.seqlen_q, 64), g.batch * g.heads),
             delta_tiles, q.device, out, grad_out, delta, cu_q,
@@ -568,7 +554,7 @@ def hopper_backward(
     )  # fmt: skip
     # Its gradients keep the inputs' strides where TMA can store to them; the contract here
     # is contiguous in the layout (what the custom ops' fakes promise), so others are copied.
-    with _on_device(q.device, stream):
+    with on_device(q.device, stream):
         dq, dk, dv = (bhsd(g).contiguous() for g in grads)
     chosen = os.environ.get(VARIANT_ENV)  # else the kernel's own default for the head size
     return dq, dk, dv, plan + (f" variant {chosen} (from {VARIANT_ENV})" if chosen else "")
