@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from xpuruntime.kernels.attention.hopper import _check, _descriptor, _tma_addressable, _tma_ready
 from xpuruntime.runtime.errors import InvalidArgumentError, UnsupportedOperationError
 
 if TYPE_CHECKING:
@@ -114,8 +115,6 @@ def _gradient_like(x: torch.Tensor) -> torch.Tensor:
     """An uninitialised tensor shaped as ``x`` that TMA can store to (x's strides if dense)."""
     import torch
 
-    from xpuruntime.kernels.attention.hopper import _tma_addressable
-
     grad = torch.empty_like(x)
     return grad if _tma_addressable(grad) else torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
@@ -146,8 +145,6 @@ def hopper_attention_backward(
     """
     import torch
 
-    from xpuruntime.kernels.attention.hopper import _check
-
     _check(q, k, v)
     _check_like("grad_out", grad_out, q)
     _check_like("out", out, q)
@@ -166,7 +163,6 @@ def hopper_attention_backward(
         )
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
     config = _variant(head_dim, variant)
-    from xpuruntime.kernels.attention.hopper import _tma_ready
     from xpuruntime.kernels.attention.streams import on_device
 
     with on_device(q.device, stream):
@@ -227,7 +223,6 @@ def _launch_dkdv(
     scale: float,
 ) -> None:
     from xpuruntime.kernels.attention import _hopper_bwd_kernels
-    from xpuruntime.kernels.attention.hopper import _descriptor
 
     batch, heads, seqlen_q, head_dim = q.shape
     kv_heads, seqlen_k = k.shape[1], k.shape[2]
@@ -270,7 +265,6 @@ def _launch_dq(
     scale: float,
 ) -> None:
     from xpuruntime.kernels.attention import _hopper_bwd_kernels
-    from xpuruntime.kernels.attention.hopper import _descriptor
 
     batch, heads, seqlen_q, head_dim = q.shape
     kv_heads, seqlen_k = k.shape[1], k.shape[2]

@@ -28,7 +28,7 @@ from typing import Any, Literal
 import torch
 import triton
 
-from xpuruntime.kernels.attention import _kernels
+from xpuruntime.kernels.attention import _kernels, hopper, hopper_bwd
 from xpuruntime.kernels.attention.streams import on_device
 from xpuruntime.kernels.attention.tiles import Pass, TileConfig, candidates, interpreter_tiles
 from xpuruntime.runtime.errors import UnsupportedOperationError, XpuRuntimeError
@@ -382,7 +382,6 @@ def hopper_forward(
     """:func:`forward`'s contract on ``xrt_flash_hopper``, the Gluon Hopper forward
     (:mod:`.hopper`): dense inputs only; the output allocated contiguous in the inputs' layout
     unless ``out`` is given; the log-sum-exp :func:`backward` takes."""
-    from xpuruntime.kernels.attention.hopper import VARIANT_ENV, hopper_attention_forward
 
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -390,12 +389,12 @@ def hopper_forward(
     def bhsd(x: torch.Tensor) -> torch.Tensor:  # the kernel's (batch, heads, seq, dim) view
         return x.transpose(1, 2) if layout == "bshd" else x
 
-    _, lse = hopper_attention_forward(
+    _, lse = hopper.hopper_attention_forward(
         bhsd(q), bhsd(k), bhsd(v), causal=causal, scale=scale, stream=stream, out=bhsd(out)
     )
     detail = "gluon hopper forward (warp-specialised)"
-    chosen = os.environ.get(VARIANT_ENV)  # else the kernel's own default for the head size
-    return out, lse, detail + (f" variant {chosen} (from {VARIANT_ENV})" if chosen else "")
+    chosen = os.environ.get(hopper.VARIANT_ENV)  # else the kernel's default for the call
+    return out, lse, detail + (f" variant {chosen} (from {hopper.VARIANT_ENV})" if chosen else "")
 
 
 def backward(
@@ -492,17 +491,15 @@ def backward(
 def _hopper_backward_unsupported(q: torch.Tensor, layout: Literal["bshd", "bhsd"]) -> str:
     """'' when the Gluon Hopper backward (:mod:`.hopper_bwd`) takes these inputs, else why not
     (its own checks, read before the launch so that the call can go to xrt_flash instead)."""
-    from xpuruntime.kernels.attention.hopper import _capability as cached_capability
-    from xpuruntime.kernels.attention.hopper_bwd import HEAD_DIMS
 
-    sizes = " and ".join(map(str, HEAD_DIMS))
+    sizes = " and ".join(map(str, hopper_bwd.HEAD_DIMS))
     if q.dtype not in (torch.bfloat16, torch.float16):
         return f"the Hopper backward supports bfloat16 and float16, not {q.dtype}"
-    if q.shape[-1] not in HEAD_DIMS:
+    if q.shape[-1] not in hopper_bwd.HEAD_DIMS:
         return f"the Hopper backward supports head sizes {sizes}, not {q.shape[-1]}"
     if q.device.type != "cuda":
         return f"the Hopper backward runs on CUDA sm_90 GPUs, not {q.device}"
-    major, minor = cached_capability(q.device.index if q.device.index is not None else -1)
+    major, minor = hopper._capability(q.device.index if q.device.index is not None else -1)
     if (major, minor) != (9, 0):
         return f"the Hopper backward runs on sm_90 GPUs, not compute capability {major}.{minor}"
     batch, heads = q.shape[0], q.shape[2 if layout == "bshd" else 1]
@@ -542,13 +539,12 @@ def hopper_backward(
             grad_out, q, k, v, out, lse, causal=causal, scale=scale, layout=layout, stream=stream
         )
         return dq, dk, dv, f"{plan}; {detail}"
-    from xpuruntime.kernels.attention.hopper_bwd import VARIANT_ENV, hopper_attention_backward
 
     def bhsd(x: torch.Tensor) -> torch.Tensor:  # the kernel's (batch, heads, seq, dim) view
         return x.transpose(1, 2) if layout == "bshd" else x
 
     grad_out, q, k, v, out = (_inner_contiguous(x) for x in (grad_out, q, k, v, out))
-    grads = hopper_attention_backward(
+    grads = hopper_bwd.hopper_attention_backward(
         bhsd(grad_out), bhsd(q), bhsd(k), bhsd(v), bhsd(out), lse,
         causal=causal, scale=scale, stream=stream,
     )  # fmt: skip
@@ -556,5 +552,10 @@ def hopper_backward(
     # is contiguous in the layout (what the custom ops' fakes promise), so others are copied.
     with on_device(q.device, stream):
         dq, dk, dv = (bhsd(g).contiguous() for g in grads)
-    chosen = os.environ.get(VARIANT_ENV)  # else the kernel's own default for the head size
-    return dq, dk, dv, plan + (f" variant {chosen} (from {VARIANT_ENV})" if chosen else "")
+    chosen = os.environ.get(hopper_bwd.VARIANT_ENV)  # else the kernel's own default
+    return (
+        dq,
+        dk,
+        dv,
+        plan + (f" variant {chosen} (from {hopper_bwd.VARIANT_ENV})" if chosen else ""),
+    )
