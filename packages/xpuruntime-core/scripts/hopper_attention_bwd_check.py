@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -181,16 +180,10 @@ def run_one(c: Config, variants: list[str]) -> None:
 
     from xpuruntime.kernels.attention import hopper_bwd, launch
 
-    torch.manual_seed(0)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[c["dtype"]]
-    dev = torch.device("cuda")
+    q, k, v, scale = fwd_check.inputs(c)
     b, h, kvh, d = c["batch"], c["heads"], c["kv_heads"], c["head_dim"]
     sq, sk, causal = c["seqlen_q"], c["seqlen_k"], c["causal"]
-    q = torch.randn(b, h, sq, d, device=dev, dtype=dtype)
-    k = torch.randn(b, kvh, sk, d, device=dev, dtype=dtype)
-    v = torch.randn(b, kvh, sk, d, device=dev, dtype=dtype)
-    do = torch.randn(b, h, sq, d, device=dev, dtype=dtype)
-    scale = 1.0 / math.sqrt(d)
+    do = torch.randn_like(q)
     flops = 2.5 * 4.0 * b * h * sq * sk * d * (0.5 if causal else 1.0)
     out, lse, _ = launch.forward(q, k, v, causal=causal, scale=scale, layout="bhsd")
     grads = _reference(q, k, v, do, causal, scale, sorted({0, kvh - 1}))

@@ -149,21 +149,31 @@ def _sdpa_cudnn(q: Any, k: Any, v: Any, causal: bool, scale: float) -> Any:
     return run
 
 
+def inputs(c: Config) -> tuple[Any, Any, Any, float]:
+    """Seeded CUDA query, key and value of a configuration, and its default scale (the
+    backward check draws the same)."""
+    import torch
+
+    torch.manual_seed(0)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[c["dtype"]]
+    shapes = [
+        (c["batch"], c["heads"], c["seqlen_q"], c["head_dim"]),
+        (c["batch"], c["kv_heads"], c["seqlen_k"], c["head_dim"]),
+        (c["batch"], c["kv_heads"], c["seqlen_k"], c["head_dim"]),
+    ]
+    q, k, v = (torch.randn(shape, device="cuda", dtype=dtype) for shape in shapes)
+    return q, k, v, 1.0 / math.sqrt(c["head_dim"])
+
+
 def run_one(c: Config, variants: list[str]) -> None:
     import torch
     import triton
 
     from xpuruntime.kernels.attention import hopper
 
-    torch.manual_seed(0)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[c["dtype"]]
-    dev = torch.device("cuda")
-    b, h, kvh, d = c["batch"], c["heads"], c["kv_heads"], c["head_dim"]
+    q, k, v, scale = inputs(c)
+    b, h, d = c["batch"], c["heads"], c["head_dim"]
     sq, sk, causal = c["seqlen_q"], c["seqlen_k"], c["causal"]
-    q = torch.randn(b, h, sq, d, device=dev, dtype=dtype)
-    k = torch.randn(b, kvh, sk, d, device=dev, dtype=dtype)
-    v = torch.randn(b, kvh, sk, d, device=dev, dtype=dtype)
-    scale = 1.0 / math.sqrt(d)
     flops = 4.0 * b * h * sq * sk * d * (0.5 if causal else 1.0)
     names = variants or [hopper.variant_names(d)[0]]
     ref_heads = sorted({0, h - 1})
