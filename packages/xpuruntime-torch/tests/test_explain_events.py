@@ -108,3 +108,33 @@ def test_a_device_kernel_for_an_op_asking_for_a_cpu_kernel_is_a_fallback() -> No
         pytest.raises(UnsupportedOperationError, match=r"pins matmul='cpu'.*aten::mm ran on cuda"),
     ):
         record_from_events([op, kernel])
+
+
+def test_a_triton_launch_is_attributed_through_its_launch_call() -> None:
+    # The shape of the first profiled xrt_flash step on an H200 (PyTorch 2.11): the kernel's
+    # linked id named only a parentless "Activity Buffer Request"; the cuLaunchKernelEx call
+    # sharing the kernel's correlation id sat under the custom op's autograd wrapper.
+    op = _event(1, "xpuruntime::xrt_flash_attention", 0.0, activity_type="cpu_op")
+    wrapper = _event(
+        2,
+        "GeneratedBackwardFor_xpuruntime_xrt_flash_attention_default",
+        1.0,
+        activity_type="cpu_op",
+    )
+    wrapper.cpu_parent = op
+    buffer = _event(600, "Activity Buffer Request", 1.5, activity_type="overhead")
+    launch = _event(25, "cuLaunchKernelEx", 2.0, linked_correlation_id=2)
+    launch.cpu_parent = wrapper
+    kernel = _event(
+        25, "_xrt_attn_fwd", 10.0, device_type=DeviceType.CUDA, linked_correlation_id=600
+    )
+    with xrt_torch.kernel_policy(attention="xrt_flash", exec_policy=CUDA):
+        record = record_from_events([op, wrapper, buffer, launch, kernel])
+    (seen,) = record.kernels
+    assert (seen.name, seen.op, seen.library, seen.count) == (
+        "_xrt_attn_fwd",
+        "attention",
+        "xrt_attention",
+        1,
+    )
+    assert record.fallbacks == []

@@ -150,24 +150,37 @@ def _outside_bookkeeping(event: FunctionEvent) -> FunctionEvent:
 def _kernel_instances(events: list[FunctionEvent]) -> list[tuple[str, float, FunctionEvent]]:
     """(kernel name, duration in µs, launching operator), once per kernel that ran.
 
-    Device-side events carry the correlation id of the operator that launched them; reading
-    them (not each operator's ``kernels`` list, which can repeat a kernel under a colliding
-    id) counts every launch once.
+    A device-side event shares its CUPTI correlation id (``id``) with the runtime or driver
+    call that launched it (``cudaLaunchKernel``, ``cuLaunchKernelEx``, ...), and that call's
+    parent is the operator: the launch the profiler itself recorded, preferred where present.
+    Otherwise the device event's linked id names the operator; reading device events (not each
+    operator's ``kernels`` list, which can repeat a kernel under a colliding id) counts every
+    launch once.
     """
     cpu_by_id: dict[int, list[FunctionEvent]] = {}
+    launch_by_id: dict[int, FunctionEvent] = {}
     for event in events:
         if event.device_type == DeviceType.CPU:
             cpu_by_id.setdefault(event.id, []).append(event)
+            if event.name.startswith(_DEVICE_LAUNCHES) and event.cpu_parent is not None:
+                launch_by_id[event.id] = event
     found: dict[tuple[str, int, float], tuple[str, float, FunctionEvent]] = {}
     for event in events:
-        candidates = cpu_by_id.get(getattr(event, "linked_correlation_id", 0), [])
-        if event.device_type == DeviceType.CPU or not candidates:
-            continue
-        if event.name in _CUPTI_BOOKKEEPING:
+        if event.device_type == DeviceType.CPU or event.name in _CUPTI_BOOKKEEPING:
             continue
         span = event.time_range
-        launched_before = [c for c in candidates if c.time_range.start <= span.start]
-        launcher = _outside_bookkeeping(max(launched_before or candidates, key=_launcher_rank))
+        launch = launch_by_id.get(event.id)
+        if launch is not None:
+            # PyTorch 2.11 on an H200: the first profiled Triton launches' linked id named a
+            # parentless "Activity Buffer Request"; their cuLaunchKernelEx call still sat
+            # under the operator.
+            launcher = _outside_bookkeeping(launch.cpu_parent)  # type: ignore[arg-type]
+        else:
+            candidates = cpu_by_id.get(getattr(event, "linked_correlation_id", 0), [])
+            if not candidates:
+                continue
+            launched_before = [c for c in candidates if c.time_range.start <= span.start]
+            launcher = _outside_bookkeeping(max(launched_before or candidates, key=_launcher_rank))
         key = (event.name, event.device_index, span.start)
         found.setdefault(key, (event.name, float(span.end - span.start), launcher))
     if found or not events or hasattr(events[0], "linked_correlation_id"):
