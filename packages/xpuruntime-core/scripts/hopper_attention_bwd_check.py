@@ -1,26 +1,32 @@
 """GPU check of the Gluon Hopper attention backward: accuracy against float32, speed against cuDNN.
 
-    python3 hopper_attention_bwd_check.py [--quick] [--variants all|m64s2n64s2,...] [--timeout 600]
+    python3 hopper_attention_bwd_check.py [--set all|grid|odd|quick] [--only 0,3]
+        [--variants all|fm64s3c,m64s2n64s2,...] [--triton] [--out results.json]
+        [--timeout 600] [--in-process]
 
-For every configuration (head size 64/128, S 1024-16384 with batch * S = 16384 tokens and
+For every configuration (head size 64/128, S 2048-16384 with batch * S = 16384 tokens and
 heads = 2048 / head size, causal and full, bfloat16, plus odd cases: S not a multiple of
 128, GQA 4:1, float16, seqlen_q != seqlen_k) it:
 
 1. runs ``xrt_flash``'s forward (``launch.forward``, layout bhsd) for the output and the
-   log-sum-exp, then the backward under test with a random output gradient;
+   log-sum-exp, then the backwards under test with a random output gradient: by default the
+   fused one (atomic dQ) and the deterministic one, each at its head size's default variant;
 2. checks dq, dk and dv against a float32 autograd reference (upcast inputs, softmax
    attention in chunks of query rows; batch 0, the first and last key/value heads with all
    their query heads) and prints the maximum absolute errors next to cuDNN's backward (SDPA,
-   autograd) and the Triton backward (``launch.backward``) on the same inputs;
-3. times the backward alone (``triton.testing.do_bench`` medians, rounds interleaved):
+   autograd) on the same inputs (and the Triton backward's, ``launch.backward``, with
+   ``--triton``);
+3. times the backwards alone (``triton.testing.do_bench`` medians, rounds interleaved):
    ours, cuDNN's backward op (``aten._scaled_dot_product_cudnn_attention_backward`` called
-   directly; if that call is refused, cuDNN's forward + backward minus its forward), and the
-   Triton backward; prints TFLOP/s (2.5 x 4 * B * H * Sq * Sk * D, halved when causal) and
-   the ratios.
+   directly; if that call is refused, cuDNN's forward + backward minus its forward), and
+   with ``--triton`` the Triton backward; prints TFLOP/s (2.5 x 4 * B * H * Sq * Sk * D,
+   halved when causal) and the ratios to cuDNN (above 1: faster than cuDNN).
 
-Every configuration runs in its own subprocess with a time limit, so a failing or hanging
-kernel is reported and the run goes on (``--in-process`` turns that off). Run it from the
-repository root or from this directory; the core's sources are put on the path.
+At the end it prints one table (time and ratio to cuDNN per backward, errors) and, with
+``--out``, writes every configuration's figures as JSON. Every configuration runs in its own
+subprocess with a time limit, so a failing or hanging kernel is reported and the run goes on
+(``--in-process`` turns that off). Run it from the repository root or from this directory;
+the core's sources are put on the path.
 """
 
 from __future__ import annotations
@@ -41,9 +47,11 @@ Config = dict[str, Any]
 _config = fwd_check._config
 
 
-def configs(quick: bool) -> list[Config]:
+def configs(which: str) -> list[Config]:
+    """``grid``: head size 64/128 x S 2048-16384 x causal/full, bfloat16; ``odd``: the edge
+    cases; ``quick``: a handful of both; ``all``: grid and odd cases."""
     odd = fwd_check.odd_configs()
-    if quick:
+    if which == "quick":
         return [
             _config(128, 4096, True),
             _config(128, 4096, False),
@@ -52,13 +60,13 @@ def configs(quick: bool) -> list[Config]:
             odd[3],
             odd[7],
         ]
-    main = [
+    grid = [
         _config(hd, s, causal)
         for hd in (64, 128)
         for causal in (False, True)
-        for s in (1024, 2048, 4096, 8192, 16384)
+        for s in (2048, 4096, 8192, 16384)
     ]
-    return main + odd
+    return {"grid": grid, "odd": odd, "all": grid + odd}[which]
 
 
 def _reference(q: Any, k: Any, v: Any, do: Any, causal: bool, scale: float, kv_heads: list[int]):
@@ -174,7 +182,15 @@ def _cudnn(q: Any, k: Any, v: Any, do: Any, causal: bool, scale: float) -> dict[
     return result
 
 
-def run_one(c: Config, variants: list[str]) -> None:
+def _default_variants(head_dim: int) -> list[str]:
+    """The fused and the deterministic default of the head size."""
+    from xpuruntime.kernels.attention import hopper_bwd
+
+    return [hopper_bwd.choose_variant(head_dim, deterministic=d)[0].name for d in (False, True)]
+
+
+def run_one(c: Config, variants: list[str], with_triton: bool) -> dict[str, Any]:
+    """Check and time one configuration; returns its figures (also printed)."""
     import torch
     import triton
 
@@ -187,50 +203,45 @@ def run_one(c: Config, variants: list[str]) -> None:
     flops = 2.5 * 4.0 * b * h * sq * sk * d * (0.5 if causal else 1.0)
     out, lse, _ = launch.forward(q, k, v, causal=causal, scale=scale, layout="bhsd")
     grads = _reference(q, k, v, do, causal, scale, sorted({0, kvh - 1}))
+    result: dict[str, Any] = {"config": c, "errors": {}, "ms": {}, "failed": {}}
 
     timed: dict[str, Any] = {}
-    peers: dict[str, str] = {}
     cudnn: dict[str, Any] = {}
     try:
         cudnn = _cudnn(q, k, v, do, causal, scale)
-        peers["cuDNN"] = _fmt(_errors(grads, *cudnn["grads"]))
-        print(f"  cuDNN timing: {cudnn['how']}", flush=True)
+        result["errors"]["cuDNN"] = _errors(grads, *cudnn["grads"])
+        result["cudnn_timing"] = cudnn["how"]
     except Exception as error:  # cuDNN refuses some shapes: say so and go on
-        peers["cuDNN"] = f"unavailable ({type(error).__name__}: {str(error)[:80]})"
-    try:
-        tdq, tdk, tdv, _ = launch.backward(
-            do, q, k, v, out, lse, causal=causal, scale=scale, layout="bhsd"
-        )
-        peers["triton"] = _fmt(_errors(grads, tdq, tdk, tdv))
-        timed["triton bwd"] = lambda: launch.backward(
-            do, q, k, v, out, lse, causal=causal, scale=scale, layout="bhsd"
-        )
-    except Exception as error:  # the comparison is optional
-        peers["triton"] = f"unavailable ({type(error).__name__}: {str(error)[:80]})"
+        result["failed"]["cuDNN"] = f"{type(error).__name__}: {str(error)[:120]}"
+    if with_triton:
+        try:
+            tdq, tdk, tdv, _ = launch.backward(
+                do, q, k, v, out, lse, causal=causal, scale=scale, layout="bhsd"
+            )
+            result["errors"]["triton"] = _errors(grads, tdq, tdk, tdv)
+            timed["triton"] = lambda: launch.backward(
+                do, q, k, v, out, lse, causal=causal, scale=scale, layout="bhsd"
+            )
+        except Exception as error:  # the comparison is optional
+            result["failed"]["triton"] = f"{type(error).__name__}: {str(error)[:120]}"
 
-    names = variants or [hopper_bwd.variant_names(d)[0]]
-    for name in names:
+    for name in variants or _default_variants(d):
         try:
             dq, dk, dv = hopper_bwd.hopper_attention_backward(
                 do, q, k, v, out, lse, causal=causal, scale=scale, variant=name
             )
             torch.cuda.synchronize()
-            nan = any(bool(torch.isnan(x).any().item()) for x in (dq, dk, dv))
-            print(
-                f"  gluon {name}: {_fmt(_errors(grads, dq, dk, dv))}"
-                f"{'  NaN IN GRADIENTS' if nan else ''}\n"
-                f"  {'':>{len(name) + 6}}  cuDNN {peers['cuDNN']}\n"
-                f"  {'':>{len(name) + 6}}  triton {peers['triton']}",
-                flush=True,
-            )
-            timed[f"gluon {name}"] = lambda n=name: hopper_bwd.hopper_attention_backward(
+            if any(bool(torch.isnan(x).any().item()) for x in (dq, dk, dv)):
+                result["failed"][name] = "NaN in the gradients"
+            result["errors"][name] = _errors(grads, dq, dk, dv)
+            timed[name] = lambda n=name: hopper_bwd.hopper_attention_backward(
                 do, q, k, v, out, lse, causal=causal, scale=scale, variant=n
             )
         except Exception as error:  # report the variant's failure, keep the others
-            print(f"  gluon {name}: FAILED {type(error).__name__}: {str(error)[:300]}", flush=True)
+            result["failed"][name] = f"{type(error).__name__}: {str(error)[:300]}"
 
     if "backward" in cudnn:
-        timed["cuDNN bwd"] = cudnn["backward"]
+        timed["cuDNN"] = cudnn["backward"]
     elif "both" in cudnn:
         timed["cuDNN fwd"] = cudnn["forward"]
         timed["cuDNN fwd+bwd"] = cudnn["both"]
@@ -240,17 +251,21 @@ def run_one(c: Config, variants: list[str]) -> None:
             times[name].append(triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median"))
     medians = {n: sorted(t)[len(t) // 2] for n, t in times.items()}
     if "cuDNN fwd+bwd" in medians:
-        medians["cuDNN bwd"] = medians.pop("cuDNN fwd+bwd") - medians.pop("cuDNN fwd")
-    base = medians.get("cuDNN bwd")
-    flash = medians.get("triton bwd")
-    for name, ms in medians.items():
-        tflops = flops / (ms * 1e-3) / 1e12
-        ratios = ""
-        if base and name != "cuDNN bwd":
-            ratios += f"  vs cuDNN {base / ms:.2f}x"
-        if flash and name.startswith("gluon"):
-            ratios += f"  vs triton {flash / ms:.2f}x"
-        print(f"  {name:>18}: {ms:8.3f} ms  {tflops:6.1f} TFLOP/s{ratios}", flush=True)
+        medians["cuDNN"] = medians.pop("cuDNN fwd+bwd") - medians.pop("cuDNN fwd")
+    result["ms"] = medians
+    result["tflops"] = {n: flops / (ms * 1e-3) / 1e12 for n, ms in medians.items()}
+    base = medians.get("cuDNN")
+    result["vs_cudnn"] = {n: base / ms for n, ms in medians.items() if base and n != "cuDNN"}
+
+    for name in [n for n in result["errors"] if n != "cuDNN"] + ["cuDNN"]:
+        errors = result["errors"].get(name)
+        ms = medians.get(name)
+        timing = f"{ms:8.3f} ms {result['tflops'][name]:6.1f} TFLOP/s" if ms else " " * 25
+        ratio = f"  {result['vs_cudnn'][name]:.2f}x cuDNN" if name in result["vs_cudnn"] else ""
+        print(f"  {name:>12}: {timing}  {_fmt(errors)}{ratio}", flush=True)
+    for name, why in result["failed"].items():
+        print(f"  {name:>12}: FAILED {why}", flush=True)
+    return result
 
 
 def _variants(spec: str, head_dim: int) -> list[str]:
@@ -258,20 +273,41 @@ def _variants(spec: str, head_dim: int) -> list[str]:
 
     if not spec:
         return []
-    if spec == "all":
-        return list(hopper_bwd.variant_names(head_dim))
+    if spec == "all":  # every fused candidate and the deterministic default
+        fused = [n for n in hopper_bwd.variant_names(head_dim) if n.startswith("f")]
+        return fused + _default_variants(head_dim)[1:]
     return [name for name in spec.split(",") if name]
+
+
+def _table(results: list[dict[str, Any]]) -> None:
+    """One line per configuration: each backward's time and ratio to cuDNN, errors."""
+    print("\nsummary (ms; x = cuDNN time / ours, above 1 is faster than cuDNN; max |err| dq/dk/dv)")
+    for r in results:
+        cells = []
+        for name, ms in r.get("ms", {}).items():
+            ratio = f" {r['vs_cudnn'][name]:.2f}x" if name in r.get("vs_cudnn", {}) else ""
+            cells.append(f"{name} {ms:.3f}{ratio}")
+        worst = {n: "/".join(f"{e:.1e}" for e in errs) for n, errs in r.get("errors", {}).items()}
+        fails = "; ".join(f"{n} FAILED" for n in r.get("failed", {}))
+        print(f"{fwd_check._describe(r['config'])}: {' | '.join(cells)} {fails}")
+        print(f"    err {', '.join(f'{n} {e}' for n, e in worst.items())}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a handful of configurations")
+    parser.add_argument(
+        "--set", default="all", choices=("all", "grid", "odd", "quick"), help="configurations"
+    )
+    parser.add_argument("--only", help="comma-separated indices into the set (edge-case picks)")
     parser.add_argument(
         "--variants",
         default=os.environ.get("XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT", ""),
-        help="comma-separated variants to run (all: every candidate of the head size); "
-        "default: the head size's default",
+        help="comma-separated variants to run (all: every fused candidate of the head size "
+        "and the deterministic default); default: the head size's fused and deterministic "
+        "defaults",
     )
+    parser.add_argument("--triton", action="store_true", help="also check and time xrt_flash's")
+    parser.add_argument("--out", help="write the figures of every configuration here (JSON)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per configuration")
     parser.add_argument("--in-process", action="store_true", help="no subprocess per config")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: JSON of one config
@@ -281,7 +317,8 @@ def main() -> int:
 
     if args.one:
         config = json.loads(args.one)
-        run_one(config, _variants(args.variants, config["head_dim"]))
+        result = run_one(config, _variants(args.variants, config["head_dim"]), args.triton)
+        print(_RESULT + json.dumps(result), flush=True)
         return 0
 
     import torch
@@ -291,35 +328,51 @@ def main() -> int:
         return 0
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
     failures = 0
-    for config in configs(args.quick):
+    results: list[dict[str, Any]] = []
+    chosen = configs(args.set)
+    if args.only:
+        chosen = [chosen[int(i)] for i in args.only.split(",")]
+    for config in chosen:
         print(fwd_check._describe(config), flush=True)
         start = time.time()
         if args.in_process:
             try:
-                run_one(config, _variants(args.variants, config["head_dim"]))
+                variants = _variants(args.variants, config["head_dim"])
+                results.append(run_one(config, variants, args.triton))
             except Exception as error:  # one configuration's failure must not end the run
                 failures += 1
                 print(f"  FAILED {type(error).__name__}: {str(error)[:400]}", flush=True)
             continue
         command = [sys.executable, __file__, "--one", json.dumps(config)]
-        command += ["--variants", args.variants]
+        command += ["--variants", args.variants] + (["--triton"] if args.triton else [])
         try:
-            result = subprocess.run(command, timeout=args.timeout, text=True, capture_output=True)
+            done = subprocess.run(command, timeout=args.timeout, text=True, capture_output=True)
         except subprocess.TimeoutExpired as expired:
             failures += 1
             out = expired.stdout if isinstance(expired.stdout, str) else ""
             print(out.rstrip())
             print(f"  TIMEOUT after {args.timeout} s (a hang?): config abandoned", flush=True)
+            results.append({"config": config, "failed": {"run": "timeout"}})
             continue
-        print(result.stdout.rstrip(), flush=True)
-        if result.returncode != 0:
+        for line in done.stdout.splitlines():
+            if line.startswith(_RESULT):
+                results.append(json.loads(line[len(_RESULT) :]))
+            else:
+                print(line, flush=True)
+        if done.returncode != 0:
             failures += 1
-            tail = "\n    ".join(result.stderr.strip().splitlines()[-8:])
-            print(f"  FAILED (exit {result.returncode}):\n    {tail}", flush=True)
+            tail = "\n    ".join(done.stderr.strip().splitlines()[-8:])
+            print(f"  FAILED (exit {done.returncode}):\n    {tail}", flush=True)
         print(f"  ({time.time() - start:.0f} s)", flush=True)
+    _table(results)
+    if args.out:
+        device = torch.cuda.get_device_name()
+        Path(args.out).write_text(json.dumps({"device": device, "results": results}, indent=1))
     print(f"done: {failures} configuration(s) failed or timed out")
     return 1 if failures else 0
 
+
+_RESULT = "RESULT "
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -56,6 +56,25 @@ def compile_one(
         constexprs = {"HEAD_DIM": head_dim, "BLOCK_M": m, "NUM_STAGES": variant.dkdv_stages}
         constexprs |= {"CAUSAL": causal, **regs}
         tag = f"m{m}s{variant.dkdv_stages}"
+    elif kernel == "fused":
+        fn = kernels._xrt_attn_bwd_fused_hopper
+        m = variant.block_m
+        row = f"tensordesc<fp32[1, {m}],{row_layout}>"
+        signature = {"q_desc": desc(m), "k_desc": desc(64), "v_desc": desc(64), "do_desc": desc(m)}
+        signature |= {"dk_desc": desc(64), "dv_desc": desc(64), "lse_desc": row, "delta_desc": row}
+        signature |= {"DQ_ACC": "*fp32", "seqlen_q": "i32", "seqlen_pad": "i32"}
+        signature |= {"num_kv_heads": "i32", **common}
+        constexprs = {"HEAD_DIM": head_dim, "BLOCK_M": m, "NUM_STAGES": variant.stages}
+        constexprs |= {"CAUSAL": causal, "SPLIT_COLS": variant.split_cols, **regs}
+        constexprs["EARLY_DV"] = variant.early_dv
+        tag = variant.name
+    elif kernel == "convert":  # the fused path's float32 dQ to dQ
+        fn = kernels._xrt_attn_bwd_dq_convert_hopper
+        signature = {"DQ_ACC": "*fp32", "DQ": f"*{dtype}"}
+        signature |= {name: "i32" for name in ("stride_b", "stride_h", "stride_s")}
+        signature |= {"seqlen_q": "i32", "seqlen_pad": "i32", "num_heads": "i32", "scale": "fp32"}
+        constexprs = {"HEAD_DIM": head_dim, "BLOCK": 32}
+        tag = "b32"
     elif kernel == "dq":
         fn = kernels._xrt_attn_bwd_dq_hopper
         n = variant.dq_block_n
@@ -92,7 +111,7 @@ def main() -> int:
     parser.add_argument("--sass", action="store_true", help="also write the SASS listings")
     parser.add_argument("--head-dims", default="64,128")
     parser.add_argument("--variants", default="", help="comma-separated variant names")
-    parser.add_argument("--kernels", default="dkdv,dq,prep")
+    parser.add_argument("--kernels", default="fused,convert,dkdv,dq,prep")
     parser.add_argument("--dtypes", default="bf16,fp16")
     args = parser.parse_args()
     out_dir = Path(args.out)
@@ -105,12 +124,15 @@ def main() -> int:
     failures = 0
     for head_dim in (int(h) for h in args.head_dims.split(",")):
         names = args.variants.split(",") if args.variants else hopper_bwd.variant_names(head_dim)
-        for index, variant in enumerate(hopper_bwd.parse_variant(n) for n in names):
-            for kernel in args.kernels.split(","):
-                if kernel == "prep" and index:  # it has no variants: once per head size
-                    continue
+        variants = [hopper_bwd.parse_variant(n) for n in names]
+        fused = [v for v in variants if isinstance(v, hopper_bwd.FusedVariant)]
+        split = [v for v in variants if isinstance(v, hopper_bwd.BwdVariant)]
+        for kernel in args.kernels.split(","):
+            # prep and convert have no variants: once per head size (with any variant's regs)
+            once = kernel in ("prep", "convert")
+            for variant in variants[:1] if once else fused if kernel == "fused" else split:
                 for dtype in args.dtypes.split(","):
-                    for causal in (False,) if kernel == "prep" else (False, True):
+                    for causal in (False,) if once else (False, True):
                         label = (
                             f"{kernel:4} {dtype} hd{head_dim} {'causal' if causal else 'full  '}"
                             f" {variant.name}"

@@ -165,7 +165,10 @@ def test_hopper_forward_and_backward_no_worse_than_flash_attention_2(
     assert "gluon hopper forward" in forward.reason
     # Head sizes 64 and 128: the Gluon Hopper backward, and its decision says so.
     assert (backward.kernel, backward.mode) == ("xrt_flash_hopper", "pin")
-    assert "backward: gluon hopper backward (dK/dV + dQ kernels)" in backward.reason
+    assert (
+        "backward: gluon hopper backward (fused dK/dV/dQ, fp32 atomic dQ; nondeterministic)"
+        in backward.reason
+    )
     assert "triton" not in backward.reason
     last = ops.last_decision()
     assert last is not None
@@ -216,6 +219,49 @@ def test_hopper_backward_in_bshd_layout_on_a_given_stream_matches_the_triton_bac
     for name, got, want in zip(("dq", "dk", "dv"), gluon, triton[:3], strict=True):
         assert got.is_contiguous(), name
         torch.testing.assert_close(got, want, atol=1e-2, rtol=0, msg=name)
+
+
+@needs_sm90
+@pytest.mark.parametrize("dim", [64, 128])
+def test_hopper_backward_under_deterministic_algorithms_is_repeatable_and_says_so(
+    dim: int,
+) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    q, do = (torch.randn(2, 8, 1000, dim, device="cuda", generator=gen).bfloat16() for _ in "ab")
+    k, v = (torch.randn(2, 2, 1000, dim, device="cuda", generator=gen).bfloat16() for _ in "ab")
+    out, lse = ops.attention(
+        q, k, v, causal=True, layout="bhsd", return_lse=True, policy=HOPPER_PIN
+    )
+
+    def backward() -> tuple[Any, ...]:
+        grads = ops.attention_backward(
+            do, q, k, v, out, lse, causal=True, layout="bhsd", policy=HOPPER_PIN
+        )
+        last = ops.last_decision()
+        assert last is not None
+        return (*grads, last.detail)
+
+    *fused, detail = backward()
+    assert detail.startswith(
+        "backward: gluon hopper backward (fused dK/dV/dQ, fp32 atomic dQ; nondeterministic)"
+    )
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        *first, detail = backward()
+        *second, _ = backward()
+    finally:
+        torch.use_deterministic_algorithms(before)
+    assert detail.startswith(
+        "backward: gluon hopper backward (dK/dV + dQ kernels, deterministic: "
+        "torch.use_deterministic_algorithms is on)"
+    )
+    ref = _reference(q, k, v, True, do)[1:]
+    for name, a, b, f, want in zip(("dq", "dk", "dv"), first, second, fused, ref, strict=True):
+        assert torch.equal(a, b), f"{name}: the deterministic backward is not repeatable"
+        for got in (a, f):
+            err = (got.float() - want).abs().max().item()
+            assert err < 2e-2, f"{name}: max error {err}"
 
 
 @needs_sm90

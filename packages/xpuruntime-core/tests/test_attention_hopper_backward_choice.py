@@ -1,7 +1,10 @@
 """Which backward runs after an ``xrt_flash_hopper`` forward, and the detail that says why.
 
 Without a GPU: :func:`launch.hopper_backward_plan`'s reasons for passing the Gluon Hopper
-backward over, and, in Triton's CPU interpreter (``TRITON_INTERPRET=1``, ``nox -s
+backward over; which of its two paths runs (fused with atomic dQ, or deterministic under
+``torch.use_deterministic_algorithms`` or when a deterministic variant is named) and that
+:func:`launch.hopper_backward` asks for that path and reports it (the kernels replaced by a
+stand-in, the device check passed); and, in Triton's CPU interpreter (``TRITON_INTERPRET=1``, ``nox -s
 attention``), :func:`launch.hopper_backward` running xrt_flash's Triton backward in its place
 with the same gradients as :func:`launch.backward`. The Gluon backward itself runs in
 test_attention_gpu.py on an sm_90 GPU.
@@ -10,6 +13,7 @@ test_attention_gpu.py on an sm_90 GPU.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Literal
 
 import pytest
@@ -18,7 +22,13 @@ pytest.importorskip("torch")  # the core's test session runs without it
 pytest.importorskip("triton")  # the launcher imports it
 import torch
 
-from xpuruntime.kernels.attention import launch
+from xpuruntime.kernels.attention import hopper_bwd, launch
+
+FUSED = "backward: gluon hopper backward (fused dK/dV/dQ, fp32 atomic dQ; nondeterministic)"
+DETERMINISTIC = (
+    "backward: gluon hopper backward (dK/dV + dQ kernels, deterministic: "
+    "torch.use_deterministic_algorithms is on)"
+)
 
 
 @pytest.mark.parametrize(
@@ -67,3 +77,94 @@ def test_hopper_backward_falls_back_to_the_triton_backward(layout: Literal["bshd
     *expected, _ = launch.backward(do, q, k, v, out, lse, causal=True, scale=None, layout=layout)
     for got, want in zip(grads, expected, strict=True):
         assert torch.equal(got, want)
+
+
+@pytest.fixture
+def deterministic_algorithms() -> Iterator[None]:
+    """torch.use_deterministic_algorithms(True) for the test, restored after."""
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
+@pytest.fixture
+def gluon_backward(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The device check passed and the Gluon backward replaced by a stand-in that records
+    its ``deterministic`` argument (zero gradients); no variant named in the environment."""
+    monkeypatch.setattr(launch, "_hopper_backward_unsupported", lambda q, layout: "")
+    monkeypatch.delenv(hopper_bwd.VARIANT_ENV, raising=False)
+    asked: list[bool] = []
+
+    def stand_in(
+        grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        *args: object, deterministic: bool, **kwargs: object,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+        asked.append(deterministic)
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+
+    monkeypatch.setattr(hopper_bwd, "hopper_attention_backward", stand_in)
+    return asked
+
+
+def _run(layout: Literal["bshd", "bhsd"] = "bhsd") -> str:
+    q = torch.zeros(1, 2, 8, 128, dtype=torch.bfloat16)
+    lse = torch.zeros(1, 2, 8)
+    *_, detail = launch.hopper_backward(q, q, q, q, q, lse, causal=True, scale=None, layout=layout)
+    return detail
+
+
+def test_fused_backward_runs_by_default_and_says_it_is_nondeterministic(
+    gluon_backward: list[bool],
+) -> None:
+    assert not torch.are_deterministic_algorithms_enabled()
+    q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
+    assert launch.hopper_backward_plan(q, layout="bshd") == (True, FUSED)
+    assert _run() == FUSED
+    assert gluon_backward == [False]
+
+
+@pytest.mark.usefixtures("deterministic_algorithms")
+def test_deterministic_algorithms_take_the_deterministic_backward(
+    gluon_backward: list[bool],
+) -> None:
+    q = torch.zeros(1, 2, 8, 128, dtype=torch.bfloat16)
+    assert launch.hopper_backward_plan(q, layout="bhsd") == (True, DETERMINISTIC)
+    assert _run("bshd") == DETERMINISTIC
+    assert gluon_backward == [True]
+
+
+@pytest.mark.usefixtures("deterministic_algorithms")
+def test_a_fused_variant_named_under_deterministic_algorithms_is_passed_over(
+    gluon_backward: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(hopper_bwd.VARIANT_ENV, "fm64s2k")
+    assert _run() == (
+        f"{DETERMINISTIC[:-1]}; fm64s2k from {hopper_bwd.VARIANT_ENV} is fused, not deterministic)"
+    )
+    variant, _ = hopper_bwd.choose_variant(128, deterministic=True)
+    assert isinstance(variant, hopper_bwd.BwdVariant)
+
+
+def test_a_named_variant_picks_the_path_and_the_detail_says_so(
+    gluon_backward: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(hopper_bwd.VARIANT_ENV, "m64s2n64s2")
+    assert _run() == (
+        "backward: gluon hopper backward (dK/dV + dQ kernels, deterministic; variant "
+        f"m64s2n64s2 from {hopper_bwd.VARIANT_ENV})"
+    )
+    monkeypatch.setenv(hopper_bwd.VARIANT_ENV, "fm64s3c")
+    assert _run() == f"{FUSED[:-1]}; variant fm64s3c from {hopper_bwd.VARIANT_ENV})"
+    # The Gluon backward chose the path: nothing asked it to be deterministic.
+    assert gluon_backward == [False, False]
+
+
+def test_variant_names_round_trip() -> None:
+    for head_dim in hopper_bwd.HEAD_DIMS:
+        names = hopper_bwd.variant_names(head_dim)
+        assert isinstance(hopper_bwd.parse_variant(names[0]), hopper_bwd.FusedVariant)
+        for name in names:
+            assert hopper_bwd.parse_variant(name).name == name

@@ -500,3 +500,277 @@ def _xrt_attn_bwd_dq_hopper(
         [CONSUMER_REGS, PRODUCER_REGS],
     )
     # fmt: on
+
+
+# ---------------------------------------------------------------------------------------
+# Fused dK, dV and dQ (float32 atomics)
+
+
+@gluon.jit
+def _red_add(ptrs, values):
+    """``*ptrs += values`` (float32), two neighbouring elements per ``red.global.add.v2.f32``.
+    A thread's wgmma accumulator holds its columns in pairs (an even one, then the next), so
+    each pair is one 8-byte reduction: half the instructions of Triton's own atomic_add,
+    which is scalar and returns the old values. The result is a dummy (the asm has none)."""
+    gl.inline_asm_elementwise(
+        "red.global.add.v2.f32 [$2], {$4, $5};\n\tmov.b32 $0, 0;\n\tmov.b32 $1, 0;",
+        "=r,=r,l,l,f,f",
+        [ptrs.to(gl.int64, bitcast=True), values],
+        dtype=gl.int32,
+        is_pure=False,
+        pack=2,
+    )
+
+
+@gluon.jit
+def _fused_step(
+    it, m, dq_block, k, v, k_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem,
+    q_ready, do_ready, empty, ds_ready, ds_free, dk, dv, s_init, dq_init, row0, qk_scale,
+    WG: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+    SPLIT_COLS: gl.constexpr, EARLY_DV: gl.constexpr,
+):  # fmt: skip
+    """:func:`_dkdv_step`, plus this query block's dQ contribution: dSᵀ goes to shared
+    memory (the MN-major A operand of dS K) and the float32 product is added with vector
+    reductions (:func:`_red_add`) into ``dq_block``, this step's [BLOCK_M, HEAD_DIM] block of the accumulator."""
+    s_layout: gl.constexpr = s_init.type.layout
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dk.type.layout, k_width=2)
+    cols_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    slot = it % NUM_STAGES
+    phase = (it // NUM_STAGES) & 1
+    q = q_smem.index(slot)
+    do = do_smem.index(slot)
+    mbarrier.wait(q_ready.index(slot), phase)
+    s_tok = warpgroup_mma(k, q.permute((1, 0)), s_init, use_acc=False, is_async=True)
+    mbarrier.wait(do_ready.index(slot), phase)
+    dp_tok = warpgroup_mma(v, do.permute((1, 0)), s_init, use_acc=False, is_async=True)
+    lse2 = _row(lse_smem.index(slot), BLOCK_M, cols_layout)
+    s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+    qk = s * qk_scale
+    if CAUSAL:
+        offset = m * BLOCK_M - row0
+        if offset < WG_ROWS:
+            cols = offset + gl.arange(0, BLOCK_M, layout=cols_layout)
+            keys = gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, s_layout))
+            keep = gl.expand_dims(cols, 0) >= gl.expand_dims(keys, 1)
+            qk = gl.where(keep, qk, float("-inf"))
+    p = gl.exp2(qk - gl.expand_dims(lse2, 0))
+    if EARLY_DV:  # dV += Pᵀ dO runs while dPᵀ lands and dSᵀ is computed
+        p_a = gl.convert_layout(p.to(q.dtype), a_layout)
+        dv_tok = warpgroup_mma(p_a, do, dv, is_async=True)
+        delta = _row(delta_smem.index(slot), BLOCK_M, cols_layout)
+        dp = warpgroup_mma_wait(num_outstanding=1, deps=(dp_tok,))
+        ds = (p * (dp - gl.expand_dims(delta, 0))).to(q.dtype)
+    else:  # Pᵀ in float32 dies before its 16-bit copy is made: fewer registers at the peak
+        delta = _row(delta_smem.index(slot), BLOCK_M, cols_layout)
+        dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok,))
+        ds = (p * (dp - gl.expand_dims(delta, 0))).to(q.dtype)
+        p_a = gl.convert_layout(p.to(q.dtype), a_layout)
+        dv_tok = warpgroup_mma(p_a, do, dv, is_async=True)
+    ds_a = gl.convert_layout(ds, a_layout)
+    dk_tok = warpgroup_mma(ds_a, q, dk, is_async=True)
+    if SPLIT_COLS:
+        # Both warpgroups' dSᵀ rows make one [128 keys, BLOCK_M] tile; each warpgroup
+        # multiplies all of it by its half of K's columns. Double-buffered: a buffer is
+        # rewritten two steps on, once both warpgroups' dQ GEMMs have read it.
+        buf = it % 2
+        use = (it // 2) & 1
+        tile = ds_smem.index(buf)
+        mbarrier.wait(ds_free.index(buf), use ^ 1)
+        tile.slice(WG * WG_ROWS, WG_ROWS).store(ds)
+        fence_async_shared()
+        _release(ds_ready.index(buf))
+        mbarrier.wait(ds_ready.index(buf), use)
+        half: gl.constexpr = dq_init.type.shape[1]
+        lo = tile.slice(0, WG_ROWS).permute((1, 0))
+        hi = tile.slice(WG_ROWS, WG_ROWS).permute((1, 0))
+        dq_tok = warpgroup_mma(
+            lo, k_smem.index(0).slice(WG * half, half, dim=1), dq_init, use_acc=False,
+            is_async=True,
+        )  # fmt: skip
+        dq_tok = warpgroup_mma(hi, k_smem.index(1).slice(WG * half, half, dim=1), dq_tok,
+                               is_async=True)  # fmt: skip
+    else:
+        # This warpgroup's own 64 keys: dQ_partial = dS[:, own keys] K[own keys].
+        tile = ds_smem.index(WG)
+        tile.store(ds)
+        fence_async_shared()
+        gl.thread_barrier()
+        dq_tok = warpgroup_mma(tile.permute((1, 0)), k, dq_init, use_acc=False, is_async=True)
+    dv, dk, dq = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok))
+    if SPLIT_COLS:
+        _release(ds_free.index(buf))
+    _release(empty.index(slot))
+    # The offsets are built here, after the GEMMs: held through the loop they would cost a
+    # register per element.
+    dq_layout: gl.constexpr = dq_init.type.layout
+    DQ_N: gl.constexpr = dq_init.type.shape[1]
+    HEAD_DIM: gl.constexpr = dk.type.shape[1]
+    rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
+    cols = gl.arange(0, DQ_N, layout=gl.SliceLayout(0, dq_layout))
+    if SPLIT_COLS:
+        cols += WG * DQ_N
+    ptrs = dq_block + gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
+    _red_add(ptrs, dq)
+    return dk, dv
+
+
+@gluon.jit
+def _fused_consumer(
+    k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, kv_bars, q_ready,
+    do_ready, empty, ds_ready, ds_free, dk_desc, dv_desc, DQ_ACC, seqlen_pad, num_kv_heads,
+    start_n, group, m_lo, n_m, qk_scale, scale,
+    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, SPLIT_COLS: gl.constexpr,
+    EARLY_DV: gl.constexpr,
+):  # fmt: skip
+    """Consumer warpgroup ``WG``: dK and dV of key rows ``start_n + WG * 64`` to ``+ 64``,
+    and their share of every query block's dQ (see :func:`_fused_step`)."""
+    dtype: gl.constexpr = q_smem.dtype
+    DQ_N: gl.constexpr = HEAD_DIM // 2 if SPLIT_COLS else HEAD_DIM
+    mma_s: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_M, 16]
+    )
+    mma_kv: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
+    mma_dq: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, DQ_N, 16]
+    )
+    row0 = start_n + WG * WG_ROWS
+    dk = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, layout=mma_kv)
+    dv = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, layout=mma_kv)
+    s_init = gl.zeros([WG_ROWS, BLOCK_M], gl.float32, layout=mma_s)
+    dq_init = gl.zeros([BLOCK_M, DQ_N], gl.float32, layout=mma_dq)
+    # The accumulator's rows of this key/value head's first query head (batch x heads
+    # rows are in order: the group's query heads follow one another).
+    dq_head = DQ_ACC + gl.program_id(1).to(gl.int64) * group * seqlen_pad * HEAD_DIM
+    k = k_smem.index(WG)
+    v = v_smem.index(WG)
+    mbarrier.wait(kv_bars.index(WG), 0)
+    n_iter = n_m - m_lo
+    for it in range(group * n_iter):
+        m = m_lo + it % n_iter
+        block = dq_head + ((it // n_iter) * seqlen_pad + m * BLOCK_M).to(gl.int64) * HEAD_DIM
+        dk, dv = _fused_step(
+            it, m, block, k, v, k_smem, q_smem, do_smem, lse_smem, delta_smem,
+            ds_smem, q_ready, do_ready, empty, ds_ready, ds_free, dk, dv, s_init, dq_init, row0,
+            qk_scale, WG, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, EARLY_DV,
+        )  # fmt: skip
+    bh = gl.program_id(1)
+    b = bh // num_kv_heads
+    kv_h = bh % num_kv_heads
+    v.store(dv.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dv_desc, [b, kv_h, row0, 0], _box(v, dv_desc))
+    k.store((dk * scale).to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dk_desc, [b, kv_h, row0, 0], _box(k, dk_desc))
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _xrt_attn_bwd_fused_hopper(
+    q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc, DQ_ACC,
+    seqlen_q, seqlen_pad, num_kv_heads, group, qk_scale, scale,
+    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr, SPLIT_COLS: gl.constexpr, EARLY_DV: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+):  # fmt: skip
+    """:func:`_xrt_attn_bwd_dkdv_hopper` (same grid, boxes and producer) that also adds each
+    block's dQ = dS K, unscaled, into ``DQ_ACC``: a zeroed float32 (batch x heads,
+    seqlen_pad, HEAD_DIM) buffer. ``SPLIT_COLS``: the two consumers share their dSᵀ through
+    shared memory and each adds half of dQ's columns over all 128 keys (one atomic per
+    element and key block); else each adds all columns over its own 64 keys (two).
+    ``EARLY_DV``: dV's GEMM is issued before dPᵀ is waited for (more overlap, more
+    registers)."""
+    BLOCK_N: gl.constexpr = 2 * WG_ROWS
+    gl.static_assert(BLOCK_N % BLOCK_M == 0)
+    dtype: gl.constexpr = q_desc.dtype
+    pid_n = gl.program_id(0)
+    bh = gl.program_id(1)
+    b = bh // num_kv_heads
+    kv_h = bh % num_kv_heads
+    start_n = pid_n * BLOCK_N
+    n_m = gl.cdiv(seqlen_q, BLOCK_M)
+    m_lo = gl.minimum(start_n // BLOCK_M, n_m) if CAUSAL else 0
+
+    tile_q: gl.constexpr = gl.NVMMASharedLayout(q_desc.layout.swizzle_byte_width, 16)
+    tile_kv: gl.constexpr = gl.NVMMASharedLayout(k_desc.layout.swizzle_byte_width, 16)
+    tile_ds: gl.constexpr = gl.NVMMASharedLayout.get_default_for([WG_ROWS, BLOCK_M], dtype)
+    k_smem = gl.allocate_shared_memory(dtype, [2, WG_ROWS, HEAD_DIM], tile_kv)
+    v_smem = gl.allocate_shared_memory(dtype, [2, WG_ROWS, HEAD_DIM], tile_kv)
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_DIM], tile_q)
+    do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_DIM], tile_q)
+    lse_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, 1, BLOCK_M], lse_desc.layout)
+    delta_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, 1, BLOCK_M], lse_desc.layout)
+    # SPLIT_COLS: two buffers of both warpgroups' dSᵀ; else one per warpgroup.
+    ds_smem = gl.allocate_shared_memory(
+        dtype, [2, BLOCK_N if SPLIT_COLS else WG_ROWS, BLOCK_M], tile_ds
+    )
+    bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+    kv_bars = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    q_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    do_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
+    ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    for i in gl.static_range(2):
+        mbarrier.init(kv_bars.index(i), count=1)
+        mbarrier.init(ds_ready.index(i), count=2)
+        mbarrier.init(ds_free.index(i), count=2)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(do_ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+
+    # fmt: off
+    gl.warp_specialize(
+        [
+            (_fused_consumer, (
+                k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, kv_bars,
+                q_ready, do_ready, empty, ds_ready, ds_free, dk_desc, dv_desc, DQ_ACC,
+                seqlen_pad, num_kv_heads, start_n, group, m_lo, n_m, qk_scale, scale,
+                0, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, EARLY_DV,
+            )),
+            (_fused_consumer, (
+                k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, kv_bars,
+                q_ready, do_ready, empty, ds_ready, ds_free, dk_desc, dv_desc, DQ_ACC,
+                seqlen_pad, num_kv_heads, start_n, group, m_lo, n_m, qk_scale, scale,
+                1, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, EARLY_DV,
+            )),
+            (_dkdv_producer, (
+                q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc,
+                k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bars, q_ready,
+                do_ready, empty, b, kv_h, start_n, num_kv_heads * group, group, m_lo, n_m,
+                BLOCK_M, NUM_STAGES,
+            )),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, PRODUCER_REGS],
+    )
+    # fmt: on
+
+
+@gluon.jit
+def _xrt_attn_bwd_dq_convert_hopper(
+    DQ_ACC, DQ, stride_b, stride_h, stride_s, seqlen_q, seqlen_pad, num_heads, scale,
+    HEAD_DIM: gl.constexpr, BLOCK: gl.constexpr,
+):  # fmt: skip
+    """dQ = scale · the fused kernel's float32 accumulator, in dQ's dtype, for BLOCK query
+    rows. Grid (seqlen_pad / BLOCK, batch x heads), num_warps=4."""
+    COL_THREADS: gl.constexpr = HEAD_DIM // 4
+    layout: gl.constexpr = gl.BlockedLayout(
+        [1, 4], [32 // COL_THREADS, COL_THREADS], [4, 1], [1, 0]
+    )
+    bh = gl.program_id(1)
+    b = bh // num_heads
+    h = bh % num_heads
+    rows = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+    acc_ptrs = DQ_ACC + (bh.to(gl.int64) * seqlen_pad * HEAD_DIM)
+    acc_ptrs = acc_ptrs + gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
+    dq = gl.load(acc_ptrs) * scale
+    out_ptrs = DQ + (b.to(gl.int64) * stride_b + h.to(gl.int64) * stride_h)
+    out_ptrs = out_ptrs + gl.expand_dims(rows.to(gl.int64) * stride_s, 1) + gl.expand_dims(cols, 0)
+    mask = gl.expand_dims(rows < seqlen_q, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
+    gl.store(out_ptrs, dq.to(DQ.dtype.element_ty), mask=mask)

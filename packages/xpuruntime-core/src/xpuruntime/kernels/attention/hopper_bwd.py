@@ -1,13 +1,28 @@
 """Host side of the Gluon Hopper backward (:mod:`._hopper_bwd_kernels`): checks, variants, launch.
 
-Three launches, all Gluon: delta = rowsum(dO ∘ O) and lse · log2(e) into buffers padded to
-128 query rows (a few percent of the time), then the dK/dV kernel and the dQ kernel. Like
-:mod:`.hopper`, torch and Triton are imported inside the functions that need them, and the
-variant table is plain data that the offline compile script reads without torch.
+Two paths, both Gluon, both after a prep launch that writes delta = rowsum(dO ∘ O) and
+lse · log2(e) into buffers padded to 128 query rows:
 
-Variants name both kernels' tiles: ``m{query rows per dK/dV step}s{its ring stages}
-n{key rows per dQ step}s{its ring stages}``. ``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT``
-overrides the default per head size, so one GPU run can time them all.
+- *fused* (the default): one kernel per 128 keys computes dK, dV and each query block's dQ
+  contribution (5 GEMMs per block pair, FlashAttention-3's count) and adds the latter into a
+  zeroed float32 accumulator with atomics; a last small launch scales it into dQ. The order
+  of the float32 additions varies from run to run, so dQ is not bitwise reproducible.
+- *deterministic*: the dK/dV kernel, then a dQ kernel that recomputes S and dP (7 GEMMs per
+  block pair, no atomics). :func:`hopper_attention_backward` takes it when asked
+  (``deterministic=True``; the launcher asks when ``torch.use_deterministic_algorithms`` is
+  on) or when the variant named is one of its own.
+
+Like :mod:`.hopper`, torch and Triton are imported inside the functions that need them, and
+the variant table is plain data that the offline compile script reads without torch.
+
+Variants name the tiles. Fused: ``fm{query rows per step}s{ring stages}{c|k}[e]``, ``c`` when
+the two consumer warpgroups share dSᵀ through shared memory and each adds half of dQ's
+columns over all 128 keys (one atomic per element and key block), ``k`` when each adds all
+columns over its own 64 keys (two, but no cross-warpgroup barrier); ``e`` issues dV's GEMM
+before dPᵀ is waited for (more overlap, more registers). Deterministic: ``m{query rows
+per dK/dV step}s{its ring stages}n{key rows per dQ step}s{its ring stages}``.
+``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT`` overrides the default per head size, so one GPU
+run can time them all.
 """
 
 from __future__ import annotations
@@ -28,6 +43,8 @@ __all__ = [
     "HEAD_DIMS",
     "VARIANT_ENV",
     "BwdVariant",
+    "FusedVariant",
+    "choose_variant",
     "hopper_attention_backward",
     "parse_variant",
     "variant_names",
@@ -41,8 +58,26 @@ _WG_ROWS = 64
 
 
 @dataclass(frozen=True)
+class FusedVariant:
+    """One compiled shape of the fused kernel (see the module docstring for the name)."""
+
+    block_m: int
+    stages: int
+    split_cols: bool
+    early_dv: bool
+    consumer_regs: int = 240
+    producer_regs: int = 24
+
+    @property
+    def name(self) -> str:
+        split = "c" if self.split_cols else "k"
+        return f"fm{self.block_m}s{self.stages}{split}{'e' if self.early_dv else ''}"
+
+
+@dataclass(frozen=True)
 class BwdVariant:
-    """One compiled shape of the two kernels (see the module docstring for the name)."""
+    """One compiled shape of the deterministic path's two kernels (see the module docstring
+    for the name)."""
 
     dkdv_block_m: int
     dkdv_stages: int
@@ -56,28 +91,43 @@ class BwdVariant:
         return f"m{self.dkdv_block_m}s{self.dkdv_stages}n{self.dq_block_n}s{self.dq_stages}"
 
 
-#: Candidates per head size, default first (``scripts/hopper_attention_bwd_compile.py``
-#: compiles them: no spills in any loop; 128-row dK/dV steps spill on both head sizes and
-#: are left out). Which is fastest is for a GPU run to say.
-_VARIANTS: dict[int, tuple[str, ...]] = {
+#: Candidates per head size: fused ones, default first, then deterministic ones, default
+#: first (``scripts/hopper_attention_bwd_compile.py`` compiles them: no spills in any loop;
+#: 128-row steps spill on both head sizes and are left out, as are the fused ``k`` steps at
+#: head size 128, which spill in the loop).
+_FUSED: dict[int, tuple[str, ...]] = {
+    64: ("fm64s2k", "fm64s2c", "fm64s3k", "fm64s2ke"),
+    128: ("fm64s3c", "fm64s2c"),
+}
+_DETERMINISTIC: dict[int, tuple[str, ...]] = {
     64: ("m64s2n64s2", "m64s2n128s2", "m64s3n64s3"),
     128: ("m64s2n64s2", "m64s2n128s2", "m64s3n64s3"),
 }
-HEAD_DIMS = tuple(_VARIANTS)
+HEAD_DIMS = tuple(_FUSED)
 
 
 def variant_names(head_dim: int) -> tuple[str, ...]:
-    """The candidate variants of ``head_dim``, default first."""
-    return _VARIANTS[head_dim]
+    """The candidate variants of ``head_dim``: the fused ones, then the deterministic ones,
+    each kind's default first."""
+    return _FUSED[head_dim] + _DETERMINISTIC[head_dim]
 
 
-def parse_variant(name: str) -> BwdVariant:
-    """``m64s2n64s2`` -> BwdVariant(64, 2, 64, 2)."""
+def parse_variant(name: str) -> FusedVariant | BwdVariant:
+    """``fm64s2ce`` -> FusedVariant(64, 2, True, True); ``m64s2n64s2`` -> BwdVariant(64, 2, 64, 2)."""
+    fused = re.fullmatch(r"fm(\d+)s(\d+)([ck])(e?)", name.strip())
+    if fused is not None:
+        rows, stages = int(fused.group(1)), int(fused.group(2))
+        if rows != 64 or stages not in (2, 3, 4):
+            raise InvalidArgumentError(
+                f"hopper attention backward variant {name!r}: fused steps of 64 rows, stages 2-4"
+            )
+        return FusedVariant(rows, stages, fused.group(3) == "c", fused.group(4) == "e")
     match = re.fullmatch(r"m(\d+)s(\d+)n(\d+)s(\d+)", name.strip())
     if match is None:
         raise InvalidArgumentError(
-            f"hopper attention backward variant {name!r} is not of the form "
-            "m<query rows>s<stages>n<key rows>s<stages>"
+            f"hopper attention backward variant {name!r} is neither fused "
+            "(fm<query rows>s<stages><c|k>[e]) nor deterministic "
+            "(m<query rows>s<stages>n<key rows>s<stages>)"
         )
     rows, row_stages, keys, key_stages = (int(match.group(i)) for i in (1, 2, 3, 4))
     if rows not in (64, 128) or keys not in (64, 128) or not {row_stages, key_stages} <= {2, 3, 4}:
@@ -87,8 +137,22 @@ def parse_variant(name: str) -> BwdVariant:
     return BwdVariant(rows, row_stages, keys, key_stages)
 
 
-def _variant(head_dim: int, given: str | None) -> BwdVariant:
-    return parse_variant(given or os.environ.get(VARIANT_ENV) or _VARIANTS[head_dim][0])
+def choose_variant(
+    head_dim: int, *, deterministic: bool, given: str | None = None
+) -> tuple[FusedVariant | BwdVariant, str]:
+    """(the variant that runs, where it comes from): ``given``, else
+    ``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT``, else the head size's default, fused unless
+    ``deterministic`` (a fused variant named while ``deterministic`` gives way to the
+    deterministic default, and the second value says so)."""
+    name, origin = given, "given"
+    if not name and os.environ.get(VARIANT_ENV):
+        name, origin = os.environ[VARIANT_ENV], f"from {VARIANT_ENV}"
+    chosen = parse_variant(name) if name else None
+    if chosen is None or (deterministic and isinstance(chosen, FusedVariant)):
+        default = (_DETERMINISTIC if deterministic else _FUSED)[head_dim][0]
+        passed = f"; {name} {origin} is fused, not deterministic" if chosen else ""
+        return parse_variant(default), f"default{passed}"
+    return chosen, origin
 
 
 def _check_like(name: str, x: torch.Tensor, q: torch.Tensor) -> None:
@@ -130,6 +194,7 @@ def hopper_attention_backward(
     causal: bool,
     scale: float | None = None,
     variant: str | None = None,
+    deterministic: bool = False,
     stream: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of softmax(scale · Q Kᵀ) V for the output gradient ``grad_out``.
@@ -140,8 +205,9 @@ def hopper_attention_backward(
     left; ``lse`` is the forward's float32 (batch, heads, seqlen_q) natural-log log-sum-exp.
     dk and dv are summed over the query heads that share each key/value head. Head sizes 64
     and 128. ``variant`` (default: ``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT`` or the head
-    size's first) picks the tiles; ``stream`` (a raw ``cudaStream_t``; default: the current
-    stream) is the stream the work runs on.
+    size's default) picks the path and the tiles; ``deterministic`` keeps to the
+    deterministic path (:func:`choose_variant`); ``stream`` (a raw ``cudaStream_t``;
+    default: the current stream) is the stream the work runs on.
     """
     import torch
 
@@ -151,7 +217,7 @@ def hopper_attention_backward(
     _check_lse(lse, q)
     batch, heads, seqlen_q, head_dim = q.shape
     seqlen_k = k.shape[2]
-    if head_dim not in _VARIANTS:
+    if head_dim not in _FUSED:
         raise UnsupportedOperationError(
             f"hopper attention backward supports head sizes {', '.join(map(str, HEAD_DIMS))}, "
             f"not {head_dim}"
@@ -162,7 +228,7 @@ def hopper_attention_backward(
             "is past CUDA's 65535 limit on a grid's y dimension"
         )
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
-    config = _variant(head_dim, variant)
+    config, _ = choose_variant(head_dim, deterministic=deterministic, given=variant)
     from xpuruntime.kernels.attention.streams import on_device
 
     with on_device(q.device, stream):
@@ -176,8 +242,15 @@ def hopper_attention_backward(
             for _ in range(2)
         )
         _launch_prep(out, grad_out, lse.contiguous(), lse2, delta)
-        _launch_dkdv(config, q, k, v, grad_out, dk, dv, lse2, delta, causal, scale)
-        _launch_dq(config, q, k, v, grad_out, dq, lse2, delta, causal, scale)
+        if isinstance(config, FusedVariant):
+            dq_acc = torch.zeros(
+                (batch * heads, seqlen_pad, head_dim), dtype=torch.float32, device=q.device
+            )
+            _launch_fused(config, q, k, v, grad_out, dk, dv, dq_acc, lse2, delta, causal, scale)
+            _launch_convert(dq_acc, dq, scale)
+        else:
+            _launch_dkdv(config, q, k, v, grad_out, dk, dv, lse2, delta, causal, scale)
+            _launch_dq(config, q, k, v, grad_out, dq, lse2, delta, causal, scale)
     return dq, dk, dv
 
 
@@ -250,6 +323,65 @@ def _launch_dkdv(
         PRODUCER_REGS=config.producer_regs,
         num_warps=4,
     )
+
+
+def _launch_fused(
+    config: FusedVariant,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    grad_out: torch.Tensor,
+    dk: torch.Tensor,
+    dv: torch.Tensor,
+    dq_acc: torch.Tensor,
+    lse2: torch.Tensor,
+    delta: torch.Tensor,
+    causal: bool,
+    scale: float,
+) -> None:
+    from xpuruntime.kernels.attention import _hopper_bwd_kernels
+
+    batch, heads, seqlen_q, head_dim = q.shape
+    kv_heads, seqlen_k = k.shape[1], k.shape[2]
+    rows = config.block_m
+    grid = (math.ceil(seqlen_k / _CTA_ROWS), batch * kv_heads)
+    _hopper_bwd_kernels._xrt_attn_bwd_fused_hopper[grid](
+        _descriptor(q, rows),
+        _descriptor(k, _WG_ROWS),
+        _descriptor(v, _WG_ROWS),
+        _descriptor(grad_out, rows),
+        _descriptor(dk, _WG_ROWS),
+        _descriptor(dv, _WG_ROWS),
+        _row_descriptor(lse2, rows),
+        _row_descriptor(delta, rows),
+        dq_acc,
+        seqlen_q,
+        lse2.shape[1],
+        kv_heads,
+        heads // kv_heads,
+        scale * _LOG2E,
+        scale,
+        HEAD_DIM=head_dim,
+        BLOCK_M=rows,
+        NUM_STAGES=config.stages,
+        CAUSAL=causal,
+        SPLIT_COLS=config.split_cols,
+        EARLY_DV=config.early_dv,
+        CONSUMER_REGS=config.consumer_regs,
+        PRODUCER_REGS=config.producer_regs,
+        num_warps=4,
+    )
+
+
+def _launch_convert(dq_acc: torch.Tensor, dq: torch.Tensor, scale: float) -> None:
+    from xpuruntime.kernels.attention import _hopper_bwd_kernels
+
+    batch, heads, seqlen_q, head_dim = dq.shape
+    block = 32  # 32 float32 a thread: no spills at head size 128
+    _hopper_bwd_kernels._xrt_attn_bwd_dq_convert_hopper[(dq_acc.shape[1] // block, batch * heads)](
+        dq_acc, dq, dq.stride(0), dq.stride(1), dq.stride(2), seqlen_q, dq_acc.shape[1], heads,
+        scale, HEAD_DIM=head_dim, BLOCK=block, num_warps=4,
+    )  # fmt: skip
 
 
 def _launch_dq(

@@ -48,8 +48,9 @@ __all__ = [
 Layout = Literal["bshd", "bhsd", "thd"]
 _LOG2E = 1.4426950408889634
 _INT32_MAX = 2**31 - 1
-#: How :func:`hopper_backward`'s detail begins when the Gluon Hopper backward runs.
-HOPPER_BACKWARD = "backward: gluon hopper backward (dK/dV + dQ kernels)"
+#: How :func:`hopper_backward`'s detail begins when the Gluon Hopper backward runs; the
+#: parenthesis after it says which of its paths runs and why (:func:`hopper_backward_plan`).
+HOPPER_BACKWARD = "backward: gluon hopper backward"
 
 
 @dataclass(frozen=True)
@@ -510,11 +511,27 @@ def _hopper_backward_unsupported(q: torch.Tensor, layout: Literal["bshd", "bhsd"
 
 def hopper_backward_plan(q: torch.Tensor, *, layout: Literal["bshd", "bhsd"]) -> tuple[bool, str]:
     """(whether :func:`hopper_backward` runs the Gluon Hopper backward on this query, how its
-    detail begins: which backward runs and, for xrt_flash's, why)."""
+    detail begins: which backward runs and why). The Gluon backward's fused path adds dQ with
+    float32 atomics; under ``torch.use_deterministic_algorithms`` it takes its deterministic
+    path instead (:func:`.hopper_bwd.choose_variant`)."""
     reason = _hopper_backward_unsupported(q, layout)
     if reason:
         return False, f"backward: xrt_flash's Triton kernels ({reason})"
-    return True, HOPPER_BACKWARD
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    try:
+        variant, origin = hopper_bwd.choose_variant(q.shape[-1], deterministic=deterministic)
+    except XpuRuntimeError as error:  # a malformed variant name: the backward itself raises
+        return True, f"{HOPPER_BACKWARD} ({error})"
+    named = "" if origin == "default" else f"; variant {variant.name} {origin}"
+    if isinstance(variant, hopper_bwd.FusedVariant):
+        path = f"fused dK/dV/dQ, fp32 atomic dQ; nondeterministic{named}"
+    elif deterministic:
+        passed = origin.partition("; ")[2]  # a fused variant named, passed over
+        path = "dK/dV + dQ kernels, deterministic: torch.use_deterministic_algorithms is on"
+        path += f"; {passed}" if passed else named
+    else:
+        path = f"dK/dV + dQ kernels, deterministic{named}"
+    return True, f"{HOPPER_BACKWARD} ({path})"
 
 
 def hopper_backward(
@@ -546,16 +563,11 @@ def hopper_backward(
     grad_out, q, k, v, out = (_inner_contiguous(x) for x in (grad_out, q, k, v, out))
     grads = hopper_bwd.hopper_attention_backward(
         bhsd(grad_out), bhsd(q), bhsd(k), bhsd(v), bhsd(out), lse,
-        causal=causal, scale=scale, stream=stream,
+        causal=causal, scale=scale, deterministic=torch.are_deterministic_algorithms_enabled(),
+        stream=stream,
     )  # fmt: skip
     # Its gradients keep the inputs' strides where TMA can store to them; the contract here
     # is contiguous in the layout (what the custom ops' fakes promise), so others are copied.
     with on_device(q.device, stream):
         dq, dk, dv = (bhsd(g).contiguous() for g in grads)
-    chosen = os.environ.get(hopper_bwd.VARIANT_ENV)  # else the kernel's own default
-    return (
-        dq,
-        dk,
-        dv,
-        plan + (f" variant {chosen} (from {hopper_bwd.VARIANT_ENV})" if chosen else ""),
-    )
+    return dq, dk, dv, plan
