@@ -56,9 +56,11 @@ def configs(which: str) -> list[Config]:
             _config(128, 4096, True),
             _config(128, 4096, False),
             _config(64, 4096, True),
-            odd[0],
+            _config(64, 4096, False),
+            _config(128, 16384, True),
+            _config(64, 16384, False),
             odd[3],
-            odd[7],
+            odd[2],
         ]
     grid = [
         _config(hd, s, causal)
@@ -189,8 +191,8 @@ def _default_variants(head_dim: int) -> list[str]:
     return [hopper_bwd.choose_variant(head_dim, deterministic=d)[0].name for d in (False, True)]
 
 
-def run_one(c: Config, variants: list[str], with_triton: bool) -> dict[str, Any]:
-    """Check and time one configuration; returns its figures (also printed)."""
+def run_one(c: Config, variants: list[str], with_triton: bool, rounds: int) -> dict[str, Any]:
+    """Check and time (``rounds`` > 0) one configuration; returns its figures (also printed)."""
     import torch
     import triton
 
@@ -246,10 +248,10 @@ def run_one(c: Config, variants: list[str], with_triton: bool) -> dict[str, Any]
         timed["cuDNN fwd"] = cudnn["forward"]
         timed["cuDNN fwd+bwd"] = cudnn["both"]
     times: dict[str, list[float]] = {n: [] for n in timed}
-    for _ in range(3):  # interleaved rounds: clocks and neighbours drift alike for all
+    for _ in range(rounds):  # interleaved rounds: clocks and neighbours drift alike for all
         for name, fn in timed.items():
             times[name].append(triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median"))
-    medians = {n: sorted(t)[len(t) // 2] for n, t in times.items()}
+    medians = {n: sorted(t)[len(t) // 2] for n, t in times.items() if t}
     if "cuDNN fwd+bwd" in medians:
         medians["cuDNN"] = medians.pop("cuDNN fwd+bwd") - medians.pop("cuDNN fwd")
     result["ms"] = medians
@@ -293,6 +295,14 @@ def _table(results: list[dict[str, Any]]) -> None:
         print(f"    err {', '.join(f'{n} {e}' for n, e in worst.items())}")
 
 
+def _save(path: str | None, results: list[dict[str, Any]]) -> None:
+    if path:
+        import torch
+
+        device = torch.cuda.get_device_name()
+        Path(path).write_text(json.dumps({"device": device, "results": results}, indent=1))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -307,6 +317,9 @@ def main() -> int:
         "defaults",
     )
     parser.add_argument("--triton", action="store_true", help="also check and time xrt_flash's")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="timing rounds (0: check accuracy only)"
+    )
     parser.add_argument("--out", help="write the figures of every configuration here (JSON)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per configuration")
     parser.add_argument("--in-process", action="store_true", help="no subprocess per config")
@@ -317,7 +330,8 @@ def main() -> int:
 
     if args.one:
         config = json.loads(args.one)
-        result = run_one(config, _variants(args.variants, config["head_dim"]), args.triton)
+        variants = _variants(args.variants, config["head_dim"])
+        result = run_one(config, variants, args.triton, args.rounds)
         print(_RESULT + json.dumps(result), flush=True)
         return 0
 
@@ -338,13 +352,15 @@ def main() -> int:
         if args.in_process:
             try:
                 variants = _variants(args.variants, config["head_dim"])
-                results.append(run_one(config, variants, args.triton))
+                results.append(run_one(config, variants, args.triton, args.rounds))
+                _save(args.out, results)  # as it goes: a run cut short keeps what it measured
             except Exception as error:  # one configuration's failure must not end the run
                 failures += 1
                 print(f"  FAILED {type(error).__name__}: {str(error)[:400]}", flush=True)
             continue
         command = [sys.executable, __file__, "--one", json.dumps(config)]
-        command += ["--variants", args.variants] + (["--triton"] if args.triton else [])
+        command += ["--variants", args.variants, "--rounds", str(args.rounds)]
+        command += ["--triton"] if args.triton else []
         try:
             done = subprocess.run(command, timeout=args.timeout, text=True, capture_output=True)
         except subprocess.TimeoutExpired as expired:
@@ -364,10 +380,9 @@ def main() -> int:
             tail = "\n    ".join(done.stderr.strip().splitlines()[-8:])
             print(f"  FAILED (exit {done.returncode}):\n    {tail}", flush=True)
         print(f"  ({time.time() - start:.0f} s)", flush=True)
+        _save(args.out, results)
     _table(results)
-    if args.out:
-        device = torch.cuda.get_device_name()
-        Path(args.out).write_text(json.dumps({"device": device, "results": results}, indent=1))
+    _save(args.out, results)
     print(f"done: {failures} configuration(s) failed or timed out")
     return 1 if failures else 0
 

@@ -96,7 +96,7 @@ class BwdVariant:
 #: 128-row steps spill on both head sizes and are left out, as are the fused ``k`` steps at
 #: head size 128, which spill in the loop).
 _FUSED: dict[int, tuple[str, ...]] = {
-    64: ("fm64s2k", "fm64s2c", "fm64s3k", "fm64s2ke"),
+    64: ("fm64s2k", "fm64s2c", "fm64s3k"),
     128: ("fm64s3c", "fm64s2c"),
 }
 _DETERMINISTIC: dict[int, tuple[str, ...]] = {
