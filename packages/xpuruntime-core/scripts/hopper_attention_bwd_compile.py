@@ -62,11 +62,14 @@ def compile_one(
         row = f"tensordesc<fp32[1, {m}],{row_layout}>"
         signature = {"q_desc": desc(m), "k_desc": desc(64), "v_desc": desc(64), "do_desc": desc(m)}
         signature |= {"dk_desc": desc(64), "dv_desc": desc(64), "lse_desc": row, "delta_desc": row}
-        signature |= {"DQ_ACC": "*fp32", "seqlen_q": "i32", "seqlen_pad": "i32"}
+        acc_layout = row_layout.replace("swizzle_byte_width=0", "swizzle_byte_width=128")
+        signature |= {"DQ_ACC": "*fp32", "dq_desc": f"tensordesc<fp32[64, 32],{acc_layout}>"}
+        signature |= {"seqlen_q": "i32", "seqlen_pad": "i32"}
         signature |= {"num_kv_heads": "i32", **common}
         constexprs = {"HEAD_DIM": head_dim, "BLOCK_M": m, "NUM_STAGES": variant.stages}
         constexprs |= {"CAUSAL": causal, "SPLIT_COLS": variant.split_cols, **regs}
         constexprs["EARLY_DV"] = variant.early_dv
+        constexprs["DQ_TMA"] = variant.tma_dq
         tag = variant.name
     elif kernel == "convert":  # the fused path's float32 dQ to dQ
         fn = kernels._xrt_attn_bwd_dq_convert_hopper

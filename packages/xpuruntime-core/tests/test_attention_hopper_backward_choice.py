@@ -23,6 +23,7 @@ pytest.importorskip("triton")  # the launcher imports it
 import torch
 
 from xpuruntime.kernels.attention import hopper_bwd, launch
+from xpuruntime.runtime.errors import InvalidArgumentError
 
 FUSED = "backward: gluon hopper backward (fused dK/dV/dQ, fp32 atomic dQ; nondeterministic)"
 DETERMINISTIC = (
@@ -93,9 +94,13 @@ def deterministic_algorithms() -> Iterator[None]:
 @pytest.fixture
 def gluon_backward(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """The device check passed and the Gluon backward replaced by a stand-in that records
-    its ``deterministic`` argument (zero gradients); no variant named in the environment."""
+    its ``deterministic`` argument (zero gradients); no variant named in the environment;
+    the fused kernel is the default at both head sizes (tests that want the other default
+    set it)."""
     monkeypatch.setattr(launch, "_hopper_backward_unsupported", lambda q, layout: "")
     monkeypatch.delenv(hopper_bwd.VARIANT_ENV, raising=False)
+    for head_dim in hopper_bwd.HEAD_DIMS:
+        monkeypatch.setitem(hopper_bwd._DEFAULT, head_dim, hopper_bwd._FUSED[head_dim][0])
     asked: list[bool] = []
 
     def stand_in(
@@ -109,20 +114,21 @@ def gluon_backward(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return asked
 
 
-def _run(layout: Literal["bshd", "bhsd"] = "bhsd") -> str:
-    q = torch.zeros(1, 2, 8, 128, dtype=torch.bfloat16)
+def _run(layout: Literal["bshd", "bhsd"] = "bhsd", head_dim: int = 128) -> str:
+    q = torch.zeros(1, 2, 8, head_dim, dtype=torch.bfloat16)
     lse = torch.zeros(1, 2, 8)
     *_, detail = launch.hopper_backward(q, q, q, q, q, lse, causal=True, scale=None, layout=layout)
     return detail
 
 
-def test_fused_backward_runs_by_default_and_says_it_is_nondeterministic(
-    gluon_backward: list[bool],
-) -> None:
+def test_a_fused_default_runs_and_says_it_is_nondeterministic(gluon_backward: list[bool]) -> None:
     assert not torch.are_deterministic_algorithms_enabled()
     q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
     assert launch.hopper_backward_plan(q, layout="bshd") == (True, FUSED)
     assert _run() == FUSED
+    variant, origin = hopper_bwd.choose_variant(128, deterministic=False)
+    assert isinstance(variant, hopper_bwd.FusedVariant)
+    assert origin == "default"
     assert gluon_backward == [False]
 
 
@@ -133,19 +139,33 @@ def test_deterministic_algorithms_take_the_deterministic_backward(
     q = torch.zeros(1, 2, 8, 128, dtype=torch.bfloat16)
     assert launch.hopper_backward_plan(q, layout="bhsd") == (True, DETERMINISTIC)
     assert _run("bshd") == DETERMINISTIC
-    assert gluon_backward == [True]
+    assert _run(head_dim=64) == DETERMINISTIC
+    assert gluon_backward == [True, True]
+    variant, _ = hopper_bwd.choose_variant(64, deterministic=True)
+    assert isinstance(variant, hopper_bwd.BwdVariant)
+
+
+def test_a_deterministic_default_says_why(
+    gluon_backward: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(hopper_bwd._DEFAULT, 128, "m64s2n64s2")
+    assert _run() == (
+        "backward: gluon hopper backward (dK/dV + dQ kernels, deterministic: the default at "
+        "this head size, measured faster than the fused kernel)"
+    )
+    assert _run(head_dim=64) == FUSED  # the other head size's default is still fused
+    assert gluon_backward == [False, False]  # nothing asked the backward to be deterministic
 
 
 @pytest.mark.usefixtures("deterministic_algorithms")
 def test_a_fused_variant_named_under_deterministic_algorithms_is_passed_over(
     gluon_backward: list[bool], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(hopper_bwd.VARIANT_ENV, "fm64s2k")
+    monkeypatch.setenv(hopper_bwd.VARIANT_ENV, "fm64s2c")
     assert _run() == (
-        f"{DETERMINISTIC[:-1]}; fm64s2k from {hopper_bwd.VARIANT_ENV} is fused, not deterministic)"
+        f"{DETERMINISTIC[:-1]}; fm64s2c from {hopper_bwd.VARIANT_ENV} is fused, not deterministic)"
     )
-    variant, _ = hopper_bwd.choose_variant(128, deterministic=True)
-    assert isinstance(variant, hopper_bwd.BwdVariant)
+    assert gluon_backward == [True]
 
 
 def test_a_named_variant_picks_the_path_and_the_detail_says_so(
@@ -156,8 +176,8 @@ def test_a_named_variant_picks_the_path_and_the_detail_says_so(
         "backward: gluon hopper backward (dK/dV + dQ kernels, deterministic; variant "
         f"m64s2n64s2 from {hopper_bwd.VARIANT_ENV})"
     )
-    monkeypatch.setenv(hopper_bwd.VARIANT_ENV, "fm64s3c")
-    assert _run() == f"{FUSED[:-1]}; variant fm64s3c from {hopper_bwd.VARIANT_ENV})"
+    monkeypatch.setenv(hopper_bwd.VARIANT_ENV, "fm64s3ct")
+    assert _run() == f"{FUSED[:-1]}; variant fm64s3ct from {hopper_bwd.VARIANT_ENV})"
     # The Gluon backward chose the path: nothing asked it to be deterministic.
     assert gluon_backward == [False, False]
 
@@ -165,6 +185,9 @@ def test_a_named_variant_picks_the_path_and_the_detail_says_so(
 def test_variant_names_round_trip() -> None:
     for head_dim in hopper_bwd.HEAD_DIMS:
         names = hopper_bwd.variant_names(head_dim)
+        assert hopper_bwd._DEFAULT[head_dim] in names
         assert isinstance(hopper_bwd.parse_variant(names[0]), hopper_bwd.FusedVariant)
         for name in names:
             assert hopper_bwd.parse_variant(name).name == name
+    with pytest.raises(InvalidArgumentError, match="t \\(dQ by the copy engine\\) only with c"):
+        hopper_bwd.parse_variant("fm64s2kt")

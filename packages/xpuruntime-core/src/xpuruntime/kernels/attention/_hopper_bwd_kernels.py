@@ -37,8 +37,10 @@ zeros too and their dK and dV rows are clipped by the TMA store.
 
 from __future__ import annotations
 
+from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
@@ -506,6 +508,18 @@ def _xrt_attn_bwd_dq_hopper(
 # Fused dK, dV and dQ (float32 atomics)
 
 
+@builtin
+def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+    """``global[box at coord] += src`` by the copy engine (``cp.reduce.async.bulk.tensor``
+    ``.add``), committed like a TMA store: :func:`tma.store_wait` waits for it to have read
+    ``src``. Triton 3.6 builds the op but Gluon's ``tma`` module exports no wrapper for it;
+    this is ``tma.async_copy_shared_to_global`` with the reduce op."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(
+        ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle
+    )
+
+
 @gluon.jit
 def _red_add(ptrs, values):
     """``*ptrs += values`` (float32), two neighbouring elements per ``red.global.add.v2.f32``.
@@ -524,10 +538,11 @@ def _red_add(ptrs, values):
 
 @gluon.jit
 def _fused_step(
-    it, m, dq_block, k, v, k_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem,
-    q_ready, do_ready, empty, ds_ready, ds_free, dk, dv, s_init, dq_init, row0, qk_scale,
+    it, m, dq_block, dq_row, dq_desc, dq_smem, k, v, k_smem, q_smem, do_smem, lse_smem,
+    delta_smem, ds_smem, q_ready, do_ready, empty, ds_ready, ds_free, dk, dv, s_init, dq_init,
+    row0, qk_scale,
     WG: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-    SPLIT_COLS: gl.constexpr, EARLY_DV: gl.constexpr,
+    SPLIT_COLS: gl.constexpr, EARLY_DV: gl.constexpr, DQ_TMA: gl.constexpr,
 ):  # fmt: skip
     """:func:`_dkdv_step`, plus this query block's dQ contribution: dSᵀ goes to shared
     memory (the MN-major A operand of dS K) and the float32 product is added with vector
@@ -580,9 +595,42 @@ def _fused_step(
         fence_async_shared()
         _release(ds_ready.index(buf))
         mbarrier.wait(ds_ready.index(buf), use)
-        half: gl.constexpr = dq_init.type.shape[1]
         lo = tile.slice(0, WG_ROWS).permute((1, 0))
         hi = tile.slice(WG_ROWS, WG_ROWS).permute((1, 0))
+        if DQ_TMA:
+            # 32 columns a GEMM (a [64, 32] float32 tile is one 128-byte-swizzled TMA box),
+            # staged in shared memory and added to the accumulator by the copy engine. At
+            # head size 128 the second 32 columns are multiplied once the first are staged:
+            # two float32 products live at once spill at 240 registers.
+            HALF: gl.constexpr = k_smem.shape[2] // 2
+            c0: gl.constexpr = WG * HALF
+            own: gl.constexpr = WG * (HALF // 32)  # this warpgroup's first staging tile
+            t0 = warpgroup_mma(
+                lo, k_smem.index(0).slice(c0, 32, dim=1), dq_init, use_acc=False, is_async=True
+            )
+            t0 = warpgroup_mma(hi, k_smem.index(1).slice(c0, 32, dim=1), t0, is_async=True)
+            dv, dk, dq0 = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, t0))
+            # The previous step's reductions have read this warpgroup's staging tiles (the
+            # thread that issued them waits; the barrier in _release holds the others).
+            tma.store_wait(pendings=0)
+            _release(empty.index(slot))
+            dq_smem.index(own).store(dq0)
+            if HALF == 64:
+                t1 = warpgroup_mma(
+                    lo, k_smem.index(0).slice(c0 + 32, 32, dim=1), dq_init, use_acc=False,
+                    is_async=True,
+                )  # fmt: skip
+                t1 = warpgroup_mma(hi, k_smem.index(1).slice(c0 + 32, 32, dim=1), t1, is_async=True)
+                dq1 = warpgroup_mma_wait(num_outstanding=0, deps=(t1,))
+                dq_smem.index(own + 1).store(dq1)
+            _release(ds_free.index(buf))
+            fence_async_shared()
+            gl.thread_barrier()
+            _tma_reduce_add(dq_desc, [dq_row, c0], dq_smem.index(own))
+            if HALF == 64:
+                _tma_reduce_add(dq_desc, [dq_row, c0 + 32], dq_smem.index(own + 1))
+            return dk, dv
+        half: gl.constexpr = dq_init.type.shape[1]
         dq_tok = warpgroup_mma(
             lo, k_smem.index(0).slice(WG * half, half, dim=1), dq_init, use_acc=False,
             is_async=True,
@@ -617,16 +665,16 @@ def _fused_step(
 @gluon.jit
 def _fused_consumer(
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, kv_bars, q_ready,
-    do_ready, empty, ds_ready, ds_free, dk_desc, dv_desc, DQ_ACC, seqlen_pad, num_kv_heads,
-    start_n, group, m_lo, n_m, qk_scale, scale,
+    do_ready, empty, ds_ready, ds_free, dk_desc, dv_desc, DQ_ACC, dq_desc, dq_smem,
+    seqlen_pad, num_kv_heads, start_n, group, m_lo, n_m, qk_scale, scale,
     WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, SPLIT_COLS: gl.constexpr,
-    EARLY_DV: gl.constexpr,
+    EARLY_DV: gl.constexpr, DQ_TMA: gl.constexpr,
 ):  # fmt: skip
     """Consumer warpgroup ``WG``: dK and dV of key rows ``start_n + WG * 64`` to ``+ 64``,
     and their share of every query block's dQ (see :func:`_fused_step`)."""
     dtype: gl.constexpr = q_smem.dtype
-    DQ_N: gl.constexpr = HEAD_DIM // 2 if SPLIT_COLS else HEAD_DIM
+    DQ_N: gl.constexpr = 32 if DQ_TMA else HEAD_DIM // 2 if SPLIT_COLS else HEAD_DIM
     mma_s: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_M, 16]
     )
@@ -644,17 +692,19 @@ def _fused_consumer(
     # The accumulator's rows of this key/value head's first query head (batch x heads
     # rows are in order: the group's query heads follow one another).
     dq_head = DQ_ACC + gl.program_id(1).to(gl.int64) * group * seqlen_pad * HEAD_DIM
+    head_row = gl.program_id(1) * group * seqlen_pad  # the same, as a row of dq_desc
     k = k_smem.index(WG)
     v = v_smem.index(WG)
     mbarrier.wait(kv_bars.index(WG), 0)
     n_iter = n_m - m_lo
     for it in range(group * n_iter):
         m = m_lo + it % n_iter
-        block = dq_head + ((it // n_iter) * seqlen_pad + m * BLOCK_M).to(gl.int64) * HEAD_DIM
+        rows = (it // n_iter) * seqlen_pad + m * BLOCK_M
         dk, dv = _fused_step(
-            it, m, block, k, v, k_smem, q_smem, do_smem, lse_smem, delta_smem,
-            ds_smem, q_ready, do_ready, empty, ds_ready, ds_free, dk, dv, s_init, dq_init, row0,
-            qk_scale, WG, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, EARLY_DV,
+            it, m, dq_head + rows.to(gl.int64) * HEAD_DIM, head_row + rows, dq_desc, dq_smem,
+            k, v, k_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, q_ready, do_ready,
+            empty, ds_ready, ds_free, dk, dv, s_init, dq_init, row0, qk_scale,
+            WG, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, EARLY_DV, DQ_TMA,
         )  # fmt: skip
     bh = gl.program_id(1)
     b = bh // num_kv_heads
@@ -670,11 +720,11 @@ def _fused_consumer(
 
 @gluon.jit
 def _xrt_attn_bwd_fused_hopper(
-    q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc, DQ_ACC,
+    q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc, DQ_ACC, dq_desc,
     seqlen_q, seqlen_pad, num_kv_heads, group, qk_scale, scale,
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
     CAUSAL: gl.constexpr, SPLIT_COLS: gl.constexpr, EARLY_DV: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    DQ_TMA: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):  # fmt: skip
     """:func:`_xrt_attn_bwd_dkdv_hopper` (same grid, boxes and producer) that also adds each
     block's dQ = dS K, unscaled, into ``DQ_ACC``: a zeroed float32 (batch x heads,
@@ -682,7 +732,11 @@ def _xrt_attn_bwd_fused_hopper(
     shared memory and each adds half of dQ's columns over all 128 keys (one atomic per
     element and key block); else each adds all columns over its own 64 keys (two).
     ``EARLY_DV``: dV's GEMM is issued before dPᵀ is waited for (more overlap, more
-    registers)."""
+    registers). ``DQ_TMA`` (with ``SPLIT_COLS``): the products go through shared memory
+    and the copy engine's reduce-add (``dq_desc``: the accumulator as a 2-D float32
+    (batch x heads x seqlen_pad, HEAD_DIM) tensor in [64, 32] boxes) instead of the
+    consumers' own vector reductions."""
+    gl.static_assert(SPLIT_COLS or not DQ_TMA)
     BLOCK_N: gl.constexpr = 2 * WG_ROWS
     gl.static_assert(BLOCK_N % BLOCK_M == 0)
     dtype: gl.constexpr = q_desc.dtype
@@ -707,6 +761,12 @@ def _xrt_attn_bwd_fused_hopper(
     ds_smem = gl.allocate_shared_memory(
         dtype, [2, BLOCK_N if SPLIT_COLS else WG_ROWS, BLOCK_M], tile_ds
     )
+    # DQ_TMA: each consumer's staging tiles for its 32-column dQ products (an unused 2 KiB
+    # placeholder otherwise).
+    chunks: gl.constexpr = HEAD_DIM // 64 if DQ_TMA else 1
+    dq_smem = gl.allocate_shared_memory(
+        gl.float32, [2 * chunks, 64 if DQ_TMA else 8, 32], dq_desc.layout
+    )
     bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
     kv_bars = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
@@ -728,15 +788,15 @@ def _xrt_attn_bwd_fused_hopper(
         [
             (_fused_consumer, (
                 k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, kv_bars,
-                q_ready, do_ready, empty, ds_ready, ds_free, dk_desc, dv_desc, DQ_ACC,
-                seqlen_pad, num_kv_heads, start_n, group, m_lo, n_m, qk_scale, scale,
-                0, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, EARLY_DV,
+                q_ready, do_ready, empty, ds_ready, ds_free, dk_desc, dv_desc, DQ_ACC, dq_desc,
+                dq_smem, seqlen_pad, num_kv_heads, start_n, group, m_lo, n_m, qk_scale, scale,
+                0, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, EARLY_DV, DQ_TMA,
             )),
             (_fused_consumer, (
                 k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, kv_bars,
-                q_ready, do_ready, empty, ds_ready, ds_free, dk_desc, dv_desc, DQ_ACC,
-                seqlen_pad, num_kv_heads, start_n, group, m_lo, n_m, qk_scale, scale,
-                1, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, EARLY_DV,
+                q_ready, do_ready, empty, ds_ready, ds_free, dk_desc, dv_desc, DQ_ACC, dq_desc,
+                dq_smem, seqlen_pad, num_kv_heads, start_n, group, m_lo, n_m, qk_scale, scale,
+                1, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, EARLY_DV, DQ_TMA,
             )),
             (_dkdv_producer, (
                 q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc,

@@ -15,11 +15,13 @@ lse · log2(e) into buffers padded to 128 query rows:
 Like :mod:`.hopper`, torch and Triton are imported inside the functions that need them, and
 the variant table is plain data that the offline compile script reads without torch.
 
-Variants name the tiles. Fused: ``fm{query rows per step}s{ring stages}{c|k}[e]``, ``c`` when
-the two consumer warpgroups share dSᵀ through shared memory and each adds half of dQ's
+Variants name the tiles. Fused: ``fm{query rows per step}s{ring stages}{c|k}[e][t]``, ``c``
+when the two consumer warpgroups share dSᵀ through shared memory and each adds half of dQ's
 columns over all 128 keys (one atomic per element and key block), ``k`` when each adds all
 columns over its own 64 keys (two, but no cross-warpgroup barrier); ``e`` issues dV's GEMM
-before dPᵀ is waited for (more overlap, more registers). Deterministic: ``m{query rows
+before dPᵀ is waited for (more overlap, more registers); ``t`` (with ``c``) stages dQ in
+shared memory for the copy engine's reduce-add (TMA) instead of the consumers' own vector
+reductions. Deterministic: ``m{query rows
 per dK/dV step}s{its ring stages}n{key rows per dQ step}s{its ring stages}``.
 ``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT`` overrides the default per head size, so one GPU
 run can time them all.
@@ -27,6 +29,7 @@ run can time them all.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -46,6 +49,7 @@ __all__ = [
     "FusedVariant",
     "choose_variant",
     "hopper_attention_backward",
+    "is_fused_default",
     "parse_variant",
     "variant_names",
 ]
@@ -65,13 +69,15 @@ class FusedVariant:
     stages: int
     split_cols: bool
     early_dv: bool
+    tma_dq: bool = False
     consumer_regs: int = 240
     producer_regs: int = 24
 
     @property
     def name(self) -> str:
         split = "c" if self.split_cols else "k"
-        return f"fm{self.block_m}s{self.stages}{split}{'e' if self.early_dv else ''}"
+        flags = ("e" if self.early_dv else "") + ("t" if self.tma_dq else "")
+        return f"fm{self.block_m}s{self.stages}{split}{flags}"
 
 
 @dataclass(frozen=True)
@@ -91,18 +97,21 @@ class BwdVariant:
         return f"m{self.dkdv_block_m}s{self.dkdv_stages}n{self.dq_block_n}s{self.dq_stages}"
 
 
-#: Candidates per head size: fused ones, default first, then deterministic ones, default
-#: first (``scripts/hopper_attention_bwd_compile.py`` compiles them: no spills in any loop;
-#: 128-row steps spill on both head sizes and are left out, as are the fused ``k`` steps at
-#: head size 128, which spill in the loop).
+#: Candidates per head size, each kind's default first (``scripts/hopper_attention_bwd_compile.py``
+#: compiles them; 128-row steps spill on both head sizes and are left out, as are the fused
+#: ``k`` steps at head size 128; the fused ``t`` steps at head size 128 spill a few scalars
+#: in the second consumer's loop).
 _FUSED: dict[int, tuple[str, ...]] = {
-    64: ("fm64s2k", "fm64s2c", "fm64s3k"),
-    128: ("fm64s3c", "fm64s2c"),
+    64: ("fm64s2ct", "fm64s2c"),
+    128: ("fm64s3ct", "fm64s3c"),
 }
 _DETERMINISTIC: dict[int, tuple[str, ...]] = {
     64: ("m64s2n64s2", "m64s2n128s2", "m64s3n64s3"),
     128: ("m64s2n64s2", "m64s2n128s2", "m64s3n64s3"),
 }
+#: What runs when neither a variant is named nor determinism asked for: the faster of the
+#: two kinds' defaults on an H200 (``scripts/hopper_attention_bwd_check.py``, S 2048-16384).
+_DEFAULT: dict[int, str] = {64: "m64s2n64s2", 128: "m64s2n64s2"}
 HEAD_DIMS = tuple(_FUSED)
 
 
@@ -114,19 +123,21 @@ def variant_names(head_dim: int) -> tuple[str, ...]:
 
 def parse_variant(name: str) -> FusedVariant | BwdVariant:
     """``fm64s2ce`` -> FusedVariant(64, 2, True, True); ``m64s2n64s2`` -> BwdVariant(64, 2, 64, 2)."""
-    fused = re.fullmatch(r"fm(\d+)s(\d+)([ck])(e?)", name.strip())
+    fused = re.fullmatch(r"fm(\d+)s(\d+)([ck])(e?)(t?)", name.strip())
     if fused is not None:
         rows, stages = int(fused.group(1)), int(fused.group(2))
-        if rows != 64 or stages not in (2, 3, 4):
+        split, tma_dq = fused.group(3) == "c", fused.group(5) == "t"
+        if rows != 64 or stages not in (2, 3, 4) or (tma_dq and not split):
             raise InvalidArgumentError(
-                f"hopper attention backward variant {name!r}: fused steps of 64 rows, stages 2-4"
+                f"hopper attention backward variant {name!r}: fused steps of 64 rows, stages "
+                "2-4, t (dQ by the copy engine) only with c"
             )
-        return FusedVariant(rows, stages, fused.group(3) == "c", fused.group(4) == "e")
+        return FusedVariant(rows, stages, split, fused.group(4) == "e", tma_dq)
     match = re.fullmatch(r"m(\d+)s(\d+)n(\d+)s(\d+)", name.strip())
     if match is None:
         raise InvalidArgumentError(
             f"hopper attention backward variant {name!r} is neither fused "
-            "(fm<query rows>s<stages><c|k>[e]) nor deterministic "
+            "(fm<query rows>s<stages><c|k>[e][t]) nor deterministic "
             "(m<query rows>s<stages>n<key rows>s<stages>)"
         )
     rows, row_stages, keys, key_stages = (int(match.group(i)) for i in (1, 2, 3, 4))
@@ -141,18 +152,24 @@ def choose_variant(
     head_dim: int, *, deterministic: bool, given: str | None = None
 ) -> tuple[FusedVariant | BwdVariant, str]:
     """(the variant that runs, where it comes from): ``given``, else
-    ``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT``, else the head size's default, fused unless
-    ``deterministic`` (a fused variant named while ``deterministic`` gives way to the
-    deterministic default, and the second value says so)."""
+    ``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT``, else the head size's default (``"default"``).
+    Under ``deterministic`` a fused variant, named or default, gives way to the deterministic
+    default, and the second value says so when it was named."""
     name, origin = given, "given"
     if not name and os.environ.get(VARIANT_ENV):
         name, origin = os.environ[VARIANT_ENV], f"from {VARIANT_ENV}"
-    chosen = parse_variant(name) if name else None
-    if chosen is None or (deterministic and isinstance(chosen, FusedVariant)):
-        default = (_DETERMINISTIC if deterministic else _FUSED)[head_dim][0]
-        passed = f"; {name} {origin} is fused, not deterministic" if chosen else ""
-        return parse_variant(default), f"default{passed}"
+    if not name:
+        name, origin = _DEFAULT[head_dim], "default"
+    chosen = parse_variant(name)
+    if deterministic and isinstance(chosen, FusedVariant):
+        passed = "" if origin == "default" else f"; {name} {origin} is fused, not deterministic"
+        return parse_variant(_DETERMINISTIC[head_dim][0]), f"default{passed}"
     return chosen, origin
+
+
+def is_fused_default(head_dim: int) -> bool:
+    """Whether the head size's default is the fused kernel."""
+    return isinstance(parse_variant(_DEFAULT[head_dim]), FusedVariant)
 
 
 def _check_like(name: str, x: torch.Tensor, q: torch.Tensor) -> None:
@@ -242,6 +259,9 @@ def hopper_attention_backward(
             for _ in range(2)
         )
         _launch_prep(out, grad_out, lse.contiguous(), lse2, delta)
+        if isinstance(config, FusedVariant) and batch * heads * seqlen_pad >= 2**31:
+            # The reduce-add's row coordinate is 32-bit: the vector reductions take over.
+            config = dataclasses.replace(config, tma_dq=False)
         if isinstance(config, FusedVariant):
             dq_acc = torch.zeros(
                 (batch * heads, seqlen_pad, head_dim), dtype=torch.float32, device=q.device
@@ -355,6 +375,7 @@ def _launch_fused(
         _row_descriptor(lse2, rows),
         _row_descriptor(delta, rows),
         dq_acc,
+        _accumulator_descriptor(dq_acc),
         seqlen_q,
         lse2.shape[1],
         kv_heads,
@@ -367,10 +388,22 @@ def _launch_fused(
         CAUSAL=causal,
         SPLIT_COLS=config.split_cols,
         EARLY_DV=config.early_dv,
+        DQ_TMA=config.tma_dq,
         CONSUMER_REGS=config.consumer_regs,
         PRODUCER_REGS=config.producer_regs,
         num_warps=4,
     )
+
+
+def _accumulator_descriptor(dq_acc: torch.Tensor) -> Any:
+    """TMA descriptor of the float32 dQ accumulator seen as (batch x heads x seqlen_pad,
+    head_dim), [64, 32] boxes: the fused kernel's reduce-add target."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    flat = dq_acc.view(-1, dq_acc.shape[2])
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
+    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [64, 32], layout)
 
 
 def _launch_convert(dq_acc: torch.Tensor, dq: torch.Tensor, scale: float) -> None:

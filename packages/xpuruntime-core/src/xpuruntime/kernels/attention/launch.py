@@ -522,15 +522,20 @@ def hopper_backward_plan(q: torch.Tensor, *, layout: Literal["bshd", "bhsd"]) ->
         variant, origin = hopper_bwd.choose_variant(q.shape[-1], deterministic=deterministic)
     except XpuRuntimeError as error:  # a malformed variant name: the backward itself raises
         return True, f"{HOPPER_BACKWARD} ({error})"
-    named = "" if origin == "default" else f"; variant {variant.name} {origin}"
+    named = "" if origin.startswith("default") else f"; variant {variant.name} {origin}"
     if isinstance(variant, hopper_bwd.FusedVariant):
         path = f"fused dK/dV/dQ, fp32 atomic dQ; nondeterministic{named}"
     elif deterministic:
         passed = origin.partition("; ")[2]  # a fused variant named, passed over
         path = "dK/dV + dQ kernels, deterministic: torch.use_deterministic_algorithms is on"
         path += f"; {passed}" if passed else named
-    else:
+    elif named:
         path = f"dK/dV + dQ kernels, deterministic{named}"
+    else:
+        path = (
+            "dK/dV + dQ kernels, deterministic: the default at this head size, measured faster "
+            "than the fused kernel"
+        )
     return True, f"{HOPPER_BACKWARD} ({path})"
 
 
