@@ -16,6 +16,7 @@ path, so ``xpuruntime`` need not be installed (nor torch).
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import subprocess
@@ -34,7 +35,9 @@ def _layout_repr(row_bytes: int) -> str:
     )
 
 
-def compile_one(kernels, dtype: str, head_dim: int, causal: bool, variant, out_dir: Path):  # type: ignore[no-untyped-def]
+def compile_one(
+    kernels, dtype: str, head_dim: int, causal: bool, variant, out_dir: Path, varlen: bool = False
+):  # type: ignore[no-untyped-def]
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -48,7 +51,13 @@ def compile_one(kernels, dtype: str, head_dim: int, causal: bool, variant, out_d
         "k_desc": kv_sig,
         "v_desc": kv_sig,
         "o_desc": q_sig,
+        "Out": f"*{dtype}",
         "LSE": "*fp32",
+        "CU_Q": "*i32",
+        "CU_K": "*i32",
+        "stride_os": "i32",
+        "stride_oh": "i32",
+        "stride_lh": "i32",
         "seqlen_q": "i32",
         "seqlen_k": "i32",
         "num_heads": "i32",
@@ -68,6 +77,7 @@ def compile_one(kernels, dtype: str, head_dim: int, causal: bool, variant, out_d
         PRODUCER_REGS=variant.producer_regs,
         NUM_WG=variant.num_wg,
         PERSISTENT=variant.persistent,
+        VARLEN=varlen,
     )
     for name in constexprs:
         signature[name] = "constexpr"
@@ -76,7 +86,8 @@ def compile_one(kernels, dtype: str, head_dim: int, causal: bool, variant, out_d
     compiled = triton.compile(src, target=target, options={"num_warps": 4, "num_stages": 1})
     ptx = compiled.asm["ptx"]
     cubin = compiled.asm["cubin"]
-    name = f"{dtype}_hd{head_dim}_{'causal' if causal else 'full'}_{variant.name}"
+    packed = "_varlen" if varlen else ""
+    name = f"{dtype}_hd{head_dim}_{'causal' if causal else 'full'}{packed}_{variant.name}"
     (out_dir / f"{name}.ptx").write_text(ptx)
     (out_dir / f"{name}.cubin").write_bytes(cubin)
     return name, ptx, cubin, compiled.metadata
@@ -109,6 +120,11 @@ def main() -> int:
     parser.add_argument("--sass", action="store_true", help="also write the SASS listings")
     parser.add_argument("--head-dims", default="64,128,256")
     parser.add_argument("--variants", default="", help="comma-separated variant names")
+    parser.add_argument(
+        "--batches",
+        default="dense,varlen",
+        help="dense (batch, heads, seq, dim) and/or varlen (packed sequences, cu_seqlens)",
+    )
     args = parser.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -122,51 +138,53 @@ def main() -> int:
         names = args.variants.split(",") if args.variants else hopper.variant_names(head_dim)
         for variant_name in names:
             variant = hopper.parse_variant(variant_name)
-            for dtype in ("bf16", "fp16"):
-                for causal in (False, True):
-                    label = (
-                        f"{dtype} hd{head_dim} {'causal' if causal else 'full  '} {variant.name}"
+            for dtype, causal, varlen in itertools.product(
+                ("bf16", "fp16"), (False, True), [b == "varlen" for b in args.batches.split(",")]
+            ):
+                if varlen and variant.persistent:
+                    continue  # packed batches run its non-persistent twin (hopper.py)
+                kind = ("causal" if causal else "full  ") + (" varlen" if varlen else "")
+                label = f"{dtype} hd{head_dim} {kind} {variant.name}"
+                try:
+                    name, ptx, _, meta = compile_one(
+                        kernels, dtype, head_dim, causal, variant, out_dir, varlen
                     )
-                    try:
-                        name, ptx, _, meta = compile_one(
-                            kernels, dtype, head_dim, causal, variant, out_dir
-                        )
-                    except Exception as error:  # report and go on to the next configuration
-                        failures += 1
-                        first = str(error).strip().splitlines()
-                        print(f"{label}: COMPILE FAILED: {type(error).__name__}: {first[:1]}")
-                        (out_dir / f"{label.replace(' ', '_')}.err").write_text(str(error))
-                        continue
-                    log = _ptxas_report(out_dir / f"{name}.ptx")
-                    regs = re.findall(r"Used (\d+) registers", log)
-                    spill = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-                    stack = re.findall(r"(\d+) bytes stack frame", log)
-                    counts = {
-                        "wgmma": ptx.count("wgmma.mma_async"),
-                        "setmaxnreg": ptx.count("setmaxnreg"),
-                        "tma": ptx.count("cp.async.bulk.tensor"),
-                        "local": len(re.findall(r"\b(?:ld|st)\.local", ptx)),
-                    }
-                    sass_note = ""
-                    if args.sass:
-                        sass = _sass(out_dir / f"{name}.cubin")
-                        (out_dir / f"{name}.sass").write_text(sass)
-                        sass_note = (
-                            f" HGMMA={sass.count('HGMMA')} LDL={sass.count('LDL')}"
-                            f" STL={sass.count('STL')} SETMAXREG={sass.count('SETMAXREG')}"
-                        )
-                    warn = (
-                        " WARN:"
-                        + "; ".join(line.strip() for line in log.splitlines() if "arning" in line)
-                        if "arning" in log
-                        else ""
+                except Exception as error:  # report and go on to the next configuration
+                    failures += 1
+                    first = str(error).strip().splitlines()
+                    print(f"{label}: COMPILE FAILED: {type(error).__name__}: {first[:1]}")
+                    (out_dir / f"{label.replace(' ', '_')}.err").write_text(str(error))
+                    continue
+                log = _ptxas_report(out_dir / f"{name}.ptx")
+                regs = re.findall(r"Used (\d+) registers", log)
+                spill = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+                stack = re.findall(r"(\d+) bytes stack frame", log)
+                counts = {
+                    "wgmma": ptx.count("wgmma.mma_async"),
+                    "setmaxnreg": ptx.count("setmaxnreg"),
+                    "tma": ptx.count("cp.async.bulk.tensor"),
+                    "local": len(re.findall(r"\b(?:ld|st)\.local", ptx)),
+                }
+                sass_note = ""
+                if args.sass:
+                    sass = _sass(out_dir / f"{name}.cubin")
+                    (out_dir / f"{name}.sass").write_text(sass)
+                    sass_note = (
+                        f" HGMMA={sass.count('HGMMA')} LDL={sass.count('LDL')}"
+                        f" STL={sass.count('STL')} SETMAXREG={sass.count('SETMAXREG')}"
                     )
-                    spilled = spill and any(int(a) or int(b) for a, b in spill)
-                    failures += bool(spilled)
-                    print(
-                        f"{label}: regs={','.join(regs)} spill(st,ld)={spill} stack={stack} "
-                        f"smem={meta.shared} {counts}{sass_note}{warn}"
-                    )
+                warn = (
+                    " WARN:"
+                    + "; ".join(line.strip() for line in log.splitlines() if "arning" in line)
+                    if "arning" in log
+                    else ""
+                )
+                spilled = spill and any(int(a) or int(b) for a, b in spill)
+                failures += bool(spilled)
+                print(
+                    f"{label}: regs={','.join(regs)} spill(st,ld)={spill} stack={stack} "
+                    f"smem={meta.shared} {counts}{sass_note}{warn}"
+                )
     print(f"outputs in {out_dir}; {failures} failing configuration(s)")
     return 1 if failures else 0
 

@@ -26,10 +26,19 @@ strides (any layout with a unit-stride head dimension and 16-byte aligned stride
 fills rows past it with zeros and clips the output store there.
 Grouped-query attention maps query head ``h`` to key/value head ``h // group``.
 
+Packed variable-length batches (``VARLEN``, ``cu_seqlens``) use the same descriptors over a
+``(1, heads, total, head_dim)`` view, offset by each sequence's first row: one host-built
+descriptor serves every sequence (no per-CTA descriptor to build), so a tile running past a
+sequence's end reads the next sequence's rows. Those keys are masked like the dense tail
+(key columns at or past the sequence's length get -inf); query rows past the end are computed
+and dropped: a tile that ends past its sequence stores its rows with masked stores instead
+of TMA. The grid covers the longest sequence; tiles past a shorter one's end return at once.
+
 Numerics follow :mod:`._kernels` exactly: base-2 softmax (``qk_scale = scale * log2(e)``),
 float32 statistics, causal masking top-left aligned (query ``i`` sees keys ``j <= i``),
 keys past ``seqlen_k`` masked with -inf, and the natural-log log-sum-exp (float32,
-``(batch, heads, seqlen_q)``) that the backward of :mod:`._kernels` reads.
+``(batch, heads, seqlen_q)``, or ``(heads, total_q)`` packed) that the backward of
+:mod:`._kernels` reads. Packed causal masking is top-left within each sequence, as there.
 """
 
 from __future__ import annotations
@@ -109,12 +118,12 @@ def _softmax(
 
 @gluon.jit
 def _work(
-    tile, seqlen_q, seqlen_k, num_heads, batch_heads, section,
-    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-    PERSISTENT: gl.constexpr,
+    tile, seqlen_q, num_heads, batch_heads, section,
+    BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr,
 ):  # fmt: skip
-    """The work item ``tile``: (batch, head, batch x head, first query row, key blocks every
-    row sees in full, key blocks). Without ``PERSISTENT`` the program ids name it.
+    """The work item ``tile``: (batch, head, batch x head, first query row). Without
+    ``PERSISTENT`` the program ids name it. ``seqlen_q`` is the grid's (the longest) query
+    length.
 
     Persistent order: (batch x head) runs in sections of ``section`` (their keys and values
     fit in L2 together); within a section the query tiles go row-block-major, heads minor,
@@ -135,7 +144,34 @@ def _work(
         m_idx = num_m - 1 - m_idx  # the longest rows start first
     b = bh // num_heads
     h = bh % num_heads
-    start_m = m_idx * BLOCK_M
+    return b, h, bh, m_idx * BLOCK_M
+
+
+@gluon.jit
+def _sequence(CU_Q, CU_K, b, seqlen_q, seqlen_k, VARLEN: gl.constexpr):
+    """(first query row, first key row, query length, key length) of batch ``b``: with
+    ``VARLEN`` its rows of the packed tensors, read from ``cu_seqlens``; else 0, 0 and the
+    dense lengths."""
+    if VARLEN:
+        q_start = gl.load(CU_Q + b)
+        k_start = gl.load(CU_K + b)
+        seqlen_q = gl.load(CU_Q + b + 1) - q_start
+        seqlen_k = gl.load(CU_K + b + 1) - k_start
+    else:
+        q_start = 0
+        k_start = 0
+    return q_start, k_start, seqlen_q, seqlen_k
+
+
+@gluon.jit
+def _key_blocks(
+    start_m, seqlen_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+    VARLEN: gl.constexpr,
+):  # fmt: skip
+    """(key blocks every row of the tile sees in full, key blocks) of the query tile at
+    ``start_m``. A packed sequence without keys still runs block 0, all of it masked, so its
+    rows get zeros and log-sum-exp -inf as in :mod:`._kernels` (dense calls never have no
+    key: the launcher answers those)."""
     if CAUSAL:
         hi = gl.minimum(start_m + BLOCK_M, seqlen_k)
         n_full = gl.minimum(start_m + 1, seqlen_k) // BLOCK_N
@@ -143,7 +179,9 @@ def _work(
         hi = seqlen_k
         n_full = seqlen_k // BLOCK_N
     n_blocks = gl.cdiv(hi, BLOCK_N)
-    return b, h, bh, start_m, n_full, n_blocks
+    if VARLEN:
+        n_blocks = gl.maximum(n_blocks, 1)
+    return n_full, n_blocks
 
 
 @gluon.jit
@@ -197,12 +235,33 @@ def _consumer_blocks(
 
 
 @gluon.jit
+def _store_rows(
+    o_buf, Out, row0, n_rows, h, stride_os, stride_oh,
+    BLOCK_M_WG: gl.constexpr, HEAD_DIM: gl.constexpr,
+):  # fmt: skip
+    """The staged output tile's first ``n_rows`` rows (of a packed sequence that ends inside
+    the tile) to rows ``row0 + i`` of head ``h``, with masked stores: a TMA store would
+    write the rows past the end, which belong to the next sequence."""
+    per_row: gl.constexpr = HEAD_DIM // 8  # threads per row, 16 bytes each
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // per_row, per_row], [4, 1], [1, 0])
+    gl.thread_barrier()  # every warp's rows of the tile are in shared memory
+    tile = o_buf.load(layout)
+    rows = gl.arange(0, BLOCK_M_WG, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+    base = Out + h.to(gl.int64) * stride_oh + row0.to(gl.int64) * stride_os
+    ptrs = base + gl.expand_dims(rows.to(gl.int64) * stride_os, 1) + gl.expand_dims(cols, 0)
+    keep = gl.expand_dims(rows < n_rows, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
+    gl.store(ptrs, tile, mask=keep)
+
+
+@gluon.jit
 def _consumer(
     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready, v_empty,
-    turn_bars, o_desc, LSE, seqlen_q, seqlen_k, num_heads, batch_heads, section, qk_scale,
+    turn_bars, o_desc, Out, LSE, CU_Q, CU_K, stride_os, stride_oh, stride_lh, seqlen_q,
+    seqlen_k, num_heads, batch_heads, section, qk_scale,
     WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M_WG: gl.constexpr,
     BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-    PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr,
+    PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr, VARLEN: gl.constexpr,
 ):  # fmt: skip
     """Consumer warpgroup ``WG``: for each work item, its BLOCK_M_WG query rows against every
     key block. The ring position and GEMM round run on across work items (as the producer's)."""
@@ -227,147 +286,199 @@ def _consumer(
     count = 0
     first, end, step = _tiles(seqlen_q, batch_heads, BLOCK_M, PERSISTENT)
     for tile in range(first, end, step):
-        b, h, bh, start_m, n_full, n_blocks = _work(
-            tile, seqlen_q, seqlen_k, num_heads, batch_heads, section,
-            BLOCK_M, BLOCK_N, CAUSAL, PERSISTENT,
-        )  # fmt: skip
-        turn0 = ring0 + count  # each earlier item took n_blocks + 1 GEMM rounds
-        row0 = start_m + WG * BLOCK_M_WG
-        rows = row0 + gl.arange(0, BLOCK_M_WG, layout=row_s)
-        m_i = gl.full([BLOCK_M_WG], float("-inf"), gl.float32, layout=row_s)
-        l_i = gl.zeros([BLOCK_M_WG], gl.float32, layout=row_s)
-        acc = gl.zeros([BLOCK_M_WG, HEAD_DIM], gl.float32, layout=mma_o)
-        mbarrier.wait(q_bars.index(WG), count & 1)
-
-        # Key block 0: S_0 and its softmax (masked: it may hold the causal diagonal or the end).
-        slot0 = ring0 % NUM_STAGES
-        mbarrier.wait(k_ready.index(slot0), (ring0 // NUM_STAGES) & 1)
-        _turn_wait(turn_bars, turn0, WG, PINGPONG)
-        s_tok = warpgroup_mma(
-            q, k_smem.index(slot0).permute((1, 0)), s_init, use_acc=False, is_async=True
+        b, h, bh, start_m = _work(
+            tile, seqlen_q, num_heads, batch_heads, section, BLOCK_M, CAUSAL, PERSISTENT
         )
-        _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
-        _release(k_empty.index(slot0))
-        p32, alpha, m_i, l_i = _softmax(s, m_i, l_i, rows, offs_n, seqlen_k, qk_scale, CAUSAL, True)
-        p = gl.convert_layout(p32.to(dtype), p_layout)
+        q_start, _k_start, len_q, len_k = _sequence(CU_Q, CU_K, b, seqlen_q, seqlen_k, VARLEN)
+        if VARLEN:
+            live = start_m < len_q  # as the producer: tiles past the sequence are skipped
+        else:
+            live: gl.constexpr = True  # a constant: dense code has no branch here
+        if live:
+            n_full, n_blocks = _key_blocks(start_m, len_k, BLOCK_M, BLOCK_N, CAUSAL, VARLEN)
+            turn0 = ring0 + count  # each earlier item took n_blocks + 1 GEMM rounds
+            row0 = start_m + WG * BLOCK_M_WG  # rows of the sequence (masks, log-sum-exp)
+            rows = row0 + gl.arange(0, BLOCK_M_WG, layout=row_s)
+            m_i = gl.full([BLOCK_M_WG], float("-inf"), gl.float32, layout=row_s)
+            l_i = gl.zeros([BLOCK_M_WG], gl.float32, layout=row_s)
+            acc = gl.zeros([BLOCK_M_WG, HEAD_DIM], gl.float32, layout=mma_o)
+            mbarrier.wait(q_bars.index(WG), count & 1)
 
-        # Blocks every row sees in full (no mask), then the causal diagonal and the sequence end.
-        acc, p, alpha, m_i, l_i = _consumer_blocks(
-            1, n_full, ring0, turn0, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
-            turn_bars, acc, p, alpha, m_i, l_i, s_init, rows, offs_n, seqlen_k, qk_scale,
-            WG, NUM_WG, BLOCK_N, NUM_STAGES, CAUSAL, False, PINGPONG,
-        )  # fmt: skip
-        acc, p, alpha, m_i, l_i = _consumer_blocks(
-            gl.maximum(n_full, 1), n_blocks, ring0, turn0, q, k_smem, v_smem, k_ready, k_empty,
-            v_ready, v_empty, turn_bars, acc, p, alpha, m_i, l_i, s_init, rows, offs_n,
-            seqlen_k, qk_scale, WG, NUM_WG, BLOCK_N, NUM_STAGES, CAUSAL, True, PINGPONG,
-        )  # fmt: skip
-        if PERSISTENT:
-            # Every S GEMM of this item is done: the producer may load the next query tile.
-            _release(q_empty.index(WG))
+            # Key block 0: S_0 and its softmax (masked: it may hold the causal diagonal or
+            # the end).
+            slot0 = ring0 % NUM_STAGES
+            mbarrier.wait(k_ready.index(slot0), (ring0 // NUM_STAGES) & 1)
+            _turn_wait(turn_bars, turn0, WG, PINGPONG)
+            s_tok = warpgroup_mma(
+                q, k_smem.index(slot0).permute((1, 0)), s_init, use_acc=False, is_async=True
+            )
+            _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+            _release(k_empty.index(slot0))
+            p32, alpha, m_i, l_i = _softmax(
+                s, m_i, l_i, rows, offs_n, len_k, qk_scale, CAUSAL, True
+            )
+            p = gl.convert_layout(p32.to(dtype), p_layout)
 
-        # The last block's P·V.
-        last = ring0 + n_blocks - 1
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
-        mbarrier.wait(v_ready.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
-        _turn_wait(turn_bars, turn0 + n_blocks, WG, PINGPONG)
-        o_tok = warpgroup_mma(p, v_smem.index(last % NUM_STAGES), acc, is_async=True)
-        _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
-        _release(v_empty.index(last % NUM_STAGES))
+            # Blocks every row sees in full (no mask), then the causal diagonal and the end.
+            acc, p, alpha, m_i, l_i = _consumer_blocks(
+                1, n_full, ring0, turn0, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
+                turn_bars, acc, p, alpha, m_i, l_i, s_init, rows, offs_n, len_k, qk_scale,
+                WG, NUM_WG, BLOCK_N, NUM_STAGES, CAUSAL, False, PINGPONG,
+            )  # fmt: skip
+            acc, p, alpha, m_i, l_i = _consumer_blocks(
+                gl.maximum(n_full, 1), n_blocks, ring0, turn0, q, k_smem, v_smem, k_ready,
+                k_empty, v_ready, v_empty, turn_bars, acc, p, alpha, m_i, l_i, s_init, rows,
+                offs_n, len_k, qk_scale, WG, NUM_WG, BLOCK_N, NUM_STAGES, CAUSAL, True,
+                PINGPONG,
+            )  # fmt: skip
+            if PERSISTENT:
+                # Every S GEMM of this item is done: the producer may load the next query tile.
+                _release(q_empty.index(WG))
 
-        # A row that saw no key returns zeros and log-sum-exp -inf (as _kernels does).
-        empty = l_i == 0.0
-        l_safe = gl.where(empty, 1.0, l_i)
-        lse = gl.where(empty, float("-inf"), (m_i + gl.log2(l_safe)) * LN2)
-        gl.store(LSE + bh.to(gl.int64) * seqlen_q + rows, lse, mask=rows < seqlen_q)
-        out = acc * gl.expand_dims(gl.convert_layout(1.0 / l_safe, row_o), 1)
-        if PERSISTENT:
-            # The previous item's output store must have left the staging tile (its issuing
-            # thread waits; the barrier holds the other warps until it has).
-            tma.store_wait(pendings=0)
-            gl.thread_barrier()
-        # Without PERSISTENT the staging tile is the query tile, free since the last wgmma.
-        o_buf.store(out.to(dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], _box(o_buf, o_desc))
-        ring0 += n_blocks
-        count += 1  # noqa: SIM113 (Gluon compiles no enumerate over a dynamic range)
+            # The last block's P·V.
+            last = ring0 + n_blocks - 1
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+            mbarrier.wait(v_ready.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
+            _turn_wait(turn_bars, turn0 + n_blocks, WG, PINGPONG)
+            o_tok = warpgroup_mma(p, v_smem.index(last % NUM_STAGES), acc, is_async=True)
+            _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
+            _release(v_empty.index(last % NUM_STAGES))
+
+            # A row that saw no key returns zeros and log-sum-exp -inf (as _kernels does).
+            empty = l_i == 0.0
+            l_safe = gl.where(empty, 1.0, l_i)
+            lse = gl.where(empty, float("-inf"), (m_i + gl.log2(l_safe)) * LN2)
+            if VARLEN:  # (heads, total_q)
+                lse_ptrs = LSE + h.to(gl.int64) * stride_lh + q_start + rows
+            else:  # (batch, heads, seqlen_q)
+                lse_ptrs = LSE + bh.to(gl.int64) * seqlen_q + rows
+            gl.store(lse_ptrs, lse, mask=rows < len_q)
+            out = acc * gl.expand_dims(gl.convert_layout(1.0 / l_safe, row_o), 1)
+            if PERSISTENT:
+                # The previous item's output store must have left the staging tile (its
+                # issuing thread waits; the barrier holds the other warps until it has).
+                tma.store_wait(pendings=0)
+                gl.thread_barrier()
+            # Without PERSISTENT the staging tile is the query tile, free since the last wgmma.
+            o_buf.store(out.to(dtype))
+            if VARLEN:
+                # Packed: the descriptor spans every sequence, so a tile that runs past this
+                # one's end is stored row by row (the dense descriptor clips at the end).
+                whole = row0 + BLOCK_M_WG <= len_q
+                o_b = 0
+            else:
+                whole: gl.constexpr = True
+                o_b = b
+            if whole:
+                fence_async_shared()
+                tma.async_copy_shared_to_global(
+                    o_desc, [o_b, h, q_start + row0, 0], _box(o_buf, o_desc)
+                )
+            else:
+                _store_rows(
+                    o_buf, Out, q_start + row0, len_q - row0, h, stride_os, stride_oh,
+                    BLOCK_M_WG, HEAD_DIM,
+                )  # fmt: skip
+            ring0 += n_blocks
+            count += 1  # live items only: the query barriers' phase
     tma.store_wait(pendings=0)
 
 
 @gluon.jit
 def _producer(
     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty,
-    v_ready, v_empty, seqlen_q, seqlen_k, num_heads, group, batch_heads, section,
+    v_ready, v_empty, CU_Q, CU_K, seqlen_q, seqlen_k, num_heads, group, batch_heads, section,
     NUM_WG: gl.constexpr, BLOCK_M_WG: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr,
+    VARLEN: gl.constexpr,
 ):  # fmt: skip
     """The load warp: per work item, the query tiles, then key and value tiles through the
     ring (whose position runs on across items, so the next item's loads start as soon as
-    slots free up)."""
+    slots free up). Packed sequences are rows of one (1, heads, total, head_dim) view: a
+    tile that runs past its sequence's end reads the next one's rows (or zeros past the
+    last), which the consumers mask (keys) or never store (queries)."""
     BLOCK_M: gl.constexpr = NUM_WG * BLOCK_M_WG
     ring0 = 0
     count = 0
     first, end, step = _tiles(seqlen_q, batch_heads, BLOCK_M, PERSISTENT)
     for tile in range(first, end, step):
-        b, h, _bh, start_m, _n_full, n_blocks = _work(
-            tile, seqlen_q, seqlen_k, num_heads, batch_heads, section,
-            BLOCK_M, BLOCK_N, CAUSAL, PERSISTENT,
-        )  # fmt: skip
-        kv_h = h // group
-        for w in gl.static_range(NUM_WG):
-            if PERSISTENT:
-                # A fresh barrier counts as completed for parity 1: the first item is free.
-                mbarrier.wait(q_empty.index(w), (count & 1) ^ 1)
-            mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(
-                q_desc,
-                [b, h, start_m + w * BLOCK_M_WG, 0],
-                q_bars.index(w),
-                _box(q_smem.index(w), q_desc),
-            )
-        for j in range(n_blocks):
-            it = ring0 + j
-            slot = it % NUM_STAGES
-            phase = (it // NUM_STAGES) & 1
-            # A fresh "empty" barrier counts as completed for parity 1: the first pass is free.
-            mbarrier.wait(k_empty.index(slot), phase ^ 1)
-            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(
-                k_desc,
-                [b, kv_h, j * BLOCK_N, 0],
-                k_ready.index(slot),
-                _box(k_smem.index(slot), k_desc),
-            )
-            mbarrier.wait(v_empty.index(slot), phase ^ 1)
-            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(
-                v_desc,
-                [b, kv_h, j * BLOCK_N, 0],
-                v_ready.index(slot),
-                _box(v_smem.index(slot), v_desc),
-            )
-        ring0 += n_blocks
-        count += 1  # noqa: SIM113 (Gluon compiles no enumerate over a dynamic range)
+        b, h, _bh, start_m = _work(
+            tile, seqlen_q, num_heads, batch_heads, section, BLOCK_M, CAUSAL, PERSISTENT
+        )
+        q_start, k_start, len_q, len_k = _sequence(CU_Q, CU_K, b, seqlen_q, seqlen_k, VARLEN)
+        if VARLEN:
+            live = start_m < len_q  # as the consumers: tiles past the sequence are skipped
+            d_b = 0  # the descriptors' batch coordinate
+        else:
+            live: gl.constexpr = True
+            d_b = b
+        if live:
+            _n_full, n_blocks = _key_blocks(start_m, len_k, BLOCK_M, BLOCK_N, CAUSAL, VARLEN)
+            kv_h = h // group
+            for w in gl.static_range(NUM_WG):
+                if PERSISTENT:
+                    # A fresh barrier counts as completed for parity 1: the first item is free.
+                    mbarrier.wait(q_empty.index(w), (count & 1) ^ 1)
+                mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(
+                    q_desc,
+                    [d_b, h, q_start + start_m + w * BLOCK_M_WG, 0],
+                    q_bars.index(w),
+                    _box(q_smem.index(w), q_desc),
+                )
+            for j in range(n_blocks):
+                it = ring0 + j
+                slot = it % NUM_STAGES
+                phase = (it // NUM_STAGES) & 1
+                # A fresh "empty" barrier counts as completed for parity 1: the first pass is
+                # free.
+                mbarrier.wait(k_empty.index(slot), phase ^ 1)
+                mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(
+                    k_desc,
+                    [d_b, kv_h, k_start + j * BLOCK_N, 0],
+                    k_ready.index(slot),
+                    _box(k_smem.index(slot), k_desc),
+                )
+                mbarrier.wait(v_empty.index(slot), phase ^ 1)
+                mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(
+                    v_desc,
+                    [d_b, kv_h, k_start + j * BLOCK_N, 0],
+                    v_ready.index(slot),
+                    _box(v_smem.index(slot), v_desc),
+                )
+            ring0 += n_blocks
+            count += 1  # live items only: the query barriers' phase
 
 
 @gluon.jit
 def _xrt_attn_fwd_hopper(
-    q_desc, k_desc, v_desc, o_desc, LSE,
+    q_desc, k_desc, v_desc, o_desc, Out, LSE, CU_Q, CU_K, stride_os, stride_oh, stride_lh,
     seqlen_q, seqlen_k, num_heads, group, batch_heads, section, qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_M_WG: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, NUM_WG: gl.constexpr,
-    PERSISTENT: gl.constexpr,
+    PERSISTENT: gl.constexpr, VARLEN: gl.constexpr,
 ):  # fmt: skip
     """Launch with num_warps=4 (the first consumer warpgroup; the other ``NUM_WG - 1`` and
     the producer warp are worker partitions). Without ``PERSISTENT`` one CTA per
     (NUM_WG * BLOCK_M_WG query rows, batch x head), a 2-D grid; with it a 1-D grid of at most
     one CTA per SM, each looping over work items (:func:`_work`; ``batch_heads`` = batch x
-    heads, ``section`` = batch x heads per L2 section). ``seqlen_k`` must be positive (the
-    launcher handles empty keys)."""
+    heads, ``section`` = batch x heads per L2 section). Dense, ``seqlen_k`` must be positive
+    (the launcher handles empty keys).
+
+    ``VARLEN``: packed sequences, batch ``i`` being rows ``CU_Q[i]:CU_Q[i+1]`` (queries) and
+    ``CU_K[i]:CU_K[i+1]`` (keys, values) of (total, heads, head_dim) tensors, seen by the
+    descriptors as (1, heads, total, head_dim); ``seqlen_q``/``seqlen_k`` are then the
+    longest lengths (the grid's), ``Out`` with ``stride_os``/``stride_oh`` addresses the
+    output for the row-by-row store of a tile that ends past its sequence, and the
+    log-sum-exp is (heads, total_q) with head stride ``stride_lh``. Dense calls leave those
+    three unused. Packed calls run without ``PERSISTENT`` (a 2-D grid over the longest
+    sequence's query tiles)."""
+    gl.static_assert(not (PERSISTENT and VARLEN), "packed batches run non-persistent")
     dtype: gl.constexpr = q_desc.dtype
 
     # 2-D tiles with the descriptors' swizzle: TMA fills them through a 4-D view (``_box``).
@@ -410,20 +521,23 @@ def _xrt_attn_fwd_hopper(
             [
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, LSE, seqlen_q, seqlen_k, num_heads, batch_heads,
-                    section, qk_scale, 0, NUM_WG, HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES,
-                    CAUSAL, PINGPONG, PERSISTENT,
+                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, stride_os, stride_oh, stride_lh,
+                    seqlen_q, seqlen_k, num_heads, batch_heads, section, qk_scale, 0, NUM_WG,
+                    HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT,
+                    VARLEN,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, LSE, seqlen_q, seqlen_k, num_heads, batch_heads,
-                    section, qk_scale, 1, NUM_WG, HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES,
-                    CAUSAL, PINGPONG, PERSISTENT,
+                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, stride_os, stride_oh, stride_lh,
+                    seqlen_q, seqlen_k, num_heads, batch_heads, section, qk_scale, 1, NUM_WG,
+                    HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT,
+                    VARLEN,
                 )),
                 (_producer, (
                     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,
-                    k_empty, v_ready, v_empty, seqlen_q, seqlen_k, num_heads, group, batch_heads,
-                    section, NUM_WG, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PERSISTENT,
+                    k_empty, v_ready, v_empty, CU_Q, CU_K, seqlen_q, seqlen_k, num_heads, group,
+                    batch_heads, section, NUM_WG, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL,
+                    PERSISTENT, VARLEN,
                 )),
             ],
             [4, 1],
@@ -435,26 +549,30 @@ def _xrt_attn_fwd_hopper(
             [
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, LSE, seqlen_q, seqlen_k, num_heads, batch_heads,
-                    section, qk_scale, 0, NUM_WG, HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES,
-                    CAUSAL, PINGPONG, PERSISTENT,
+                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, stride_os, stride_oh, stride_lh,
+                    seqlen_q, seqlen_k, num_heads, batch_heads, section, qk_scale, 0, NUM_WG,
+                    HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT,
+                    VARLEN,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, LSE, seqlen_q, seqlen_k, num_heads, batch_heads,
-                    section, qk_scale, 1, NUM_WG, HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES,
-                    CAUSAL, PINGPONG, PERSISTENT,
+                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, stride_os, stride_oh, stride_lh,
+                    seqlen_q, seqlen_k, num_heads, batch_heads, section, qk_scale, 1, NUM_WG,
+                    HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT,
+                    VARLEN,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, LSE, seqlen_q, seqlen_k, num_heads, batch_heads,
-                    section, qk_scale, 2, NUM_WG, HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES,
-                    CAUSAL, PINGPONG, PERSISTENT,
+                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, stride_os, stride_oh, stride_lh,
+                    seqlen_q, seqlen_k, num_heads, batch_heads, section, qk_scale, 2, NUM_WG,
+                    HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT,
+                    VARLEN,
                 )),
                 (_producer, (
                     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,
-                    k_empty, v_ready, v_empty, seqlen_q, seqlen_k, num_heads, group, batch_heads,
-                    section, NUM_WG, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PERSISTENT,
+                    k_empty, v_ready, v_empty, CU_Q, CU_K, seqlen_q, seqlen_k, num_heads, group,
+                    batch_heads, section, NUM_WG, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL,
+                    PERSISTENT, VARLEN,
                 )),
             ],
             [4, 4, 1],

@@ -24,7 +24,7 @@ import functools
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from xpuruntime.runtime.errors import InvalidArgumentError, UnsupportedOperationError
@@ -154,12 +154,20 @@ def _checked_variant(head_dim: int, name: str) -> Variant:
     return variant
 
 
-def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: bool = False) -> None:
+    """Shapes and dtypes; ``packed``: (total, heads, head_dim) tensors of packed sequences,
+    else (batch, heads, seq, head_dim)."""
     import torch
 
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+    rank = 3 if packed else 4
+    if q.dim() != rank or k.dim() != rank or v.dim() != rank:
+        what = (
+            "(total, heads, head_dim) with cu_seqlens"
+            if packed
+            else "(batch, heads, seq, head_dim)"
+        )
         raise InvalidArgumentError(
-            "hopper attention takes (batch, heads, seq, head_dim) query, key and value, got "
+            f"hopper attention takes {what} query, key and value, got "
             f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
         )
     if q.dtype not in (torch.bfloat16, torch.float16) or k.dtype != q.dtype or v.dtype != q.dtype:
@@ -167,12 +175,13 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             "hopper attention supports bfloat16 and float16 (all three alike), got "
             f"{q.dtype}, {k.dtype}, {v.dtype}"
         )
-    batch, heads, _, head_dim = q.shape
+    heads, head_dim = q.shape[1], q.shape[-1]  # heads second in both layouts
     if head_dim not in _VARIANTS:
         raise UnsupportedOperationError(
             f"hopper attention supports head sizes {', '.join(map(str, HEAD_DIMS))}, not {head_dim}"
         )
-    if k.shape != v.shape or k.shape[0] != batch or k.shape[3] != head_dim:
+    same_batch = packed or k.shape[0] == q.shape[0]  # packed batches are cu_seqlens'
+    if k.shape != v.shape or not same_batch or k.shape[-1] != head_dim:
         raise InvalidArgumentError(
             f"hopper attention: key {tuple(k.shape)} and value {tuple(v.shape)} must match "
             f"each other and the query's batch and head size ({tuple(q.shape)})"
@@ -183,6 +192,9 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             f"hopper attention: query heads ({heads}) must be a multiple of key/value heads "
             f"({kv_heads})"
         )
+
+
+def _check_device(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     for name, x in (("query", q), ("key", k), ("value", v)):
         if x.device.type != "cuda":
             raise UnsupportedOperationError(
@@ -219,6 +231,40 @@ def _check_out(out: torch.Tensor, q: torch.Tensor) -> None:
             f"hopper attention: out is {tuple(out.shape)} {out.dtype} on {out.device}; it must "
             f"be the query's {tuple(q.shape)} {q.dtype} on {q.device}"
         )
+
+
+def _packed_lengths(
+    q: torch.Tensor,
+    cu_seqlens_q: torch.Tensor | None,
+    cu_seqlens_k: torch.Tensor | None,
+    max_seqlen_q: int | None,
+    max_seqlen_k: int | None,
+) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """The packed batch's offsets (checked) and longest lengths (read from the offsets when
+    not given: a device sync)."""
+    import torch
+
+    if cu_seqlens_q is None or cu_seqlens_k is None:
+        raise InvalidArgumentError(
+            "hopper attention: give both cu_seqlens_q and cu_seqlens_k (or neither)"
+        )
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if cu.dim() != 1 or cu.numel() < 1 or cu.dtype != torch.int32 or cu.device != q.device:
+            raise InvalidArgumentError(
+                f"hopper attention: {name} must be a 1-D int32 tensor of batch+1 offsets on "
+                f"{q.device}, got {tuple(cu.shape)} {cu.dtype} on {cu.device}"
+            )
+    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
+        raise InvalidArgumentError(
+            f"hopper attention: cu_seqlens_q and cu_seqlens_k describe different batch sizes "
+            f"({cu_seqlens_q.numel() - 1} and {cu_seqlens_k.numel() - 1})"
+        )
+    lengths = []
+    for given, cu in ((max_seqlen_q, cu_seqlens_q), (max_seqlen_k, cu_seqlens_k)):
+        if given is None:
+            given = int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
+        lengths.append(int(given))
+    return cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), lengths[0], lengths[1]
 
 
 @functools.cache
@@ -258,19 +304,32 @@ def _sm_count(device_index: int) -> int:
     return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
 
 
-def _grid(config: Variant, q: torch.Tensor, k: torch.Tensor) -> tuple[tuple[int, ...], int]:
+@dataclass(frozen=True)
+class _Dims:
+    """A call's sizes; packed, ``batch`` is the number of sequences and the lengths are the
+    longest ones (the grid's)."""
+
+    batch: int
+    heads: int
+    kv_heads: int
+    seqlen_q: int
+    seqlen_k: int
+    head_dim: int
+
+
+def _grid(
+    config: Variant, d: _Dims, element_size: int, device_index: int
+) -> tuple[tuple[int, ...], int]:
     """The launch grid and the L2 section (batch x heads per section) of the persistent
     order: a power of two key/value heads whose keys and values fit the section's bytes,
     times the query heads sharing each."""
-    batch, heads, seqlen_q, head_dim = q.shape
-    kv_heads, seqlen_k = k.shape[1], k.shape[2]
-    m_tiles = math.ceil(seqlen_q / config.block_m)
+    m_tiles = math.ceil(d.seqlen_q / config.block_m)
     if not config.persistent:
-        return (m_tiles, batch * heads), 1
-    kv_bytes = 2 * seqlen_k * head_dim * k.element_size()
+        return (m_tiles, d.batch * d.heads), 1
+    kv_bytes = 2 * d.seqlen_k * d.head_dim * element_size
     fit = max(1, _L2_SECTION_BYTES // kv_bytes)
-    section = min((1 << (fit.bit_length() - 1)) * (heads // kv_heads), batch * heads)
-    return (min(m_tiles * batch * heads, _sm_count(q.device.index)),), section
+    section = min((1 << (fit.bit_length() - 1)) * (d.heads // d.kv_heads), d.batch * d.heads)
+    return (min(m_tiles * d.batch * d.heads, _sm_count(device_index)),), section
 
 
 def _int_key(value: int) -> tuple[bool, bool, bool]:
@@ -279,13 +338,14 @@ def _int_key(value: int) -> tuple[bool, bool, bool]:
     return value == 1, value % 16 == 0, -(2**31) <= value < 2**31
 
 
-#: (variant, head size, dtype, causal, device, the integer arguments' and the log-sum-exp
-#: pointer's specialisations) -> the compiled kernel Triton's JIT chose for them.
+#: (variant, head size, dtype, causal, packed, device, the integer arguments' and the
+#: pointers' specialisations) -> the compiled kernel Triton's JIT chose for them.
 _compiled: dict[tuple[Any, ...], Any] = {}
 
 
 def _launch(
     config: Variant,
+    d: _Dims,
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -293,32 +353,38 @@ def _launch(
     lse: torch.Tensor,
     causal: bool,
     scale: float,
+    cu_seqlens: tuple[torch.Tensor, torch.Tensor] | None,
 ) -> None:
-    """Launch on the current stream. The first call of its kind goes through Triton's JIT
-    (which compiles, caches and launches); later ones launch the compiled kernel it returned
-    directly, skipping the JIT's per-call argument binding and cache-key work (about half of
-    the launcher's host time on the H100 host). The key holds everything that JIT would
-    specialise differently on, so a call it would compile anew still goes through it."""
+    """Launch on the current stream. ``q``, ``k``, ``v`` and ``out`` are 4-D (batch, heads,
+    seq, head_dim) views, (1, heads, total, head_dim) when ``cu_seqlens`` is given. The first
+    call of its kind goes through Triton's JIT (which compiles, caches and launches); later
+    ones launch the compiled kernel it returned directly, skipping the JIT's per-call argument
+    binding and cache-key work (about half of the launcher's host time on the H100 host).
+    The key holds everything that JIT would specialise differently on, so a call it would
+    compile anew still goes through it."""
     import torch
 
     from xpuruntime.kernels.attention import _hopper_kernels
 
     fn = _hopper_kernels._xrt_attn_fwd_hopper
-    batch, heads, seqlen_q, head_dim = q.shape
-    kv_heads, seqlen_k = k.shape[1], k.shape[2]
-    grid, section = _grid(config, q, k)
-    integers = (seqlen_q, seqlen_k, heads, heads // kv_heads, batch * heads, section)
+    grid, section = _grid(config, d, q.element_size(), q.device.index)
+    cu_q, cu_k = cu_seqlens if cu_seqlens is not None else (out, out)  # unused when dense
+    pointers = (out, lse, cu_q, cu_k)
+    integers = (
+        out.stride(2), out.stride(1), lse.stride(-2), d.seqlen_q, d.seqlen_k, d.heads,
+        d.heads // d.kv_heads, d.batch * d.heads, section,
+    )  # fmt: skip
     values = (
         _descriptor(q, config.block_m_wg),
         _descriptor(k, config.block_n),
         _descriptor(v, config.block_n),
         _descriptor(out, config.block_m_wg),
-        lse,
+        *pointers,
         *integers,
         scale * _LOG2E,
     )
     constants = {
-        "HEAD_DIM": head_dim,
+        "HEAD_DIM": d.head_dim,
         "BLOCK_M_WG": config.block_m_wg,
         "BLOCK_N": config.block_n,
         "NUM_STAGES": config.num_stages,
@@ -328,10 +394,11 @@ def _launch(
         "PRODUCER_REGS": config.producer_regs,
         "NUM_WG": config.num_wg,
         "PERSISTENT": config.persistent,
+        "VARLEN": cu_seqlens is not None,
     }
     key = (
-        config, head_dim, q.dtype, causal, q.device.index,
-        tuple(_int_key(i) for i in integers), lse.data_ptr() % 16 == 0,
+        config, d.head_dim, q.dtype, causal, cu_seqlens is not None, q.device.index,
+        tuple(_int_key(i) for i in integers), tuple(p.data_ptr() % 16 == 0 for p in pointers),
     )  # fmt: skip
     kernel = _compiled.get(key)
     if kernel is None:
@@ -354,6 +421,10 @@ def hopper_attention_forward(
     variant: str | None = None,
     stream: int | None = None,
     out: torch.Tensor | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(output, log-sum-exp) of softmax(scale · Q Kᵀ) V on an H100/H200.
 
@@ -363,6 +434,15 @@ def hopper_attention_forward(
     Causal masking is top-left aligned (query ``i`` sees keys ``j <= i``), as SDPA's
     ``is_causal``. The output has the query's shape, dtype and strides; the log-sum-exp is
     float32 (batch, heads, seqlen_q), natural log, as :func:`.launch.forward` returns it.
+
+    Packed variable-length batches: with ``cu_seqlens_q``/``cu_seqlens_k`` (int32, batch + 1
+    offsets on the inputs' device) ``q`` is (total_q, heads, head_dim) and ``k``, ``v``
+    (total_k, kv_heads, head_dim), sequence ``i`` being rows ``cu[i]:cu[i+1]``; causal
+    masking is top-left within each sequence, and the log-sum-exp is (heads, total_q), as
+    :func:`.launch.forward` returns them for ``layout="thd"`` (rows of no sequence are left
+    unwritten there too). ``max_seqlen_q``/``max_seqlen_k`` (the longest lengths) size the
+    grid; without them they are read from the offsets (a device sync).
+
     ``variant`` (default: ``XPURUNTIME_HOPPER_ATTENTION_VARIANT`` or the head size's first)
     picks the tiles and schedule. ``stream`` (a raw ``cudaStream_t``; default: the current
     stream) is the stream the work runs on; the current stream is left as it was. ``out``
@@ -371,32 +451,62 @@ def hopper_attention_forward(
     """
     import torch
 
-    _check(q, k, v)
+    packed = cu_seqlens_q is not None or cu_seqlens_k is not None
+    _check(q, k, v, packed)
+    cu_seqlens = None
+    if packed:
+        cu_q, cu_k, seqlen_q, seqlen_k = _packed_lengths(
+            q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
+        )
+        cu_seqlens = (cu_q, cu_k)
+        d = _Dims(cu_q.numel() - 1, q.shape[1], k.shape[1], seqlen_q, seqlen_k, q.shape[2])
+    else:
+        d = _Dims(q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3])
+    _check_device(q, k, v)
     if out is not None:
         _check_out(out, q)
     # Triton only past the checks; launch's stream context is the one xrt_flash uses.
     from xpuruntime.kernels.attention.streams import on_device
 
-    batch, heads, seqlen_q, head_dim = q.shape
-    seqlen_k = k.shape[2]
-    scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
-    config = _variant(head_dim, variant, causal)
-    if batch * heads > 65535 and not config.persistent:  # the grid's second dimension
+    def view(x: torch.Tensor) -> torch.Tensor:
+        """The kernel's 4-D view: packed (total, heads, dim) rows as (1, heads, total, dim)."""
+        return x.transpose(0, 1).unsqueeze(0) if packed else x
+
+    scale = 1.0 / math.sqrt(d.head_dim) if scale is None else float(scale)
+    config = _variant(d.head_dim, variant, causal)
+    if packed and config.persistent:
+        # Packed batches run the variant's non-persistent twin: the persistent work list would
+        # give every (sequence, head) as many query tiles as the longest sequence (empty ones
+        # skipped in turn), and its head-size-128 build spills at its partitions' entry.
+        config = replace(config, persistent=False)
+    if d.batch * d.heads > 65535 and not config.persistent:  # the grid's second dimension
         raise UnsupportedOperationError(
-            f"hopper attention launches one CTA row per (batch, head): {batch * heads} is past "
-            "CUDA's 65535 limit on a grid's y dimension"
+            f"hopper attention launches one CTA row per (batch, head): {d.batch * d.heads} is "
+            "past CUDA's 65535 limit on a grid's y dimension"
         )
     with on_device(q.device, stream):
-        q, k, v = (_tma_ready(x) for x in (q, k, v))
+        q4, k4, v4 = (_tma_ready(view(x)) for x in (q, k, v))
         # The kernel's output: the caller's tensor when TMA can address it, else one with the
         # query's (TMA-ready) strides, copied into ``out`` afterwards.
-        target = out if out is not None and _tma_addressable(out) else torch.empty_like(q)
-        lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
-        if seqlen_k == 0:  # no key: zeros and -inf, as the Triton forward returns
+        if out is not None and _tma_addressable(view(out)):
+            target = out
+        elif packed:
+            target = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        else:
+            target = torch.empty_like(q4)
+        if packed:
+            lse = torch.empty((d.heads, q.shape[0]), dtype=torch.float32, device=q.device)
+            no_query = d.batch == 0 or d.seqlen_q == 0 or q.shape[0] == 0
+            no_key = d.seqlen_k == 0 or k.shape[0] == 0
+        else:
+            lse = torch.empty((d.batch, d.heads, d.seqlen_q), dtype=torch.float32, device=q.device)
+            no_query = target.numel() == 0
+            no_key = d.seqlen_k == 0
+        if no_query or no_key:  # nothing to attend to: zeros and -inf, as the Triton forward
             target.zero_()
             lse.fill_(float("-inf"))
-        elif target.numel():
-            _launch(config, q, k, v, target, lse, causal, scale)
+        else:
+            _launch(config, d, q4, k4, v4, view(target), lse, causal, scale, cu_seqlens)
         if out is None:
             return target, lse
         if target is not out:
