@@ -77,7 +77,6 @@ def test_policy_vocabulary_names_the_kernel() -> None:
         ({"dtype": "float32", "device": "cpu"}, "not float32"),
         ({"head_dim": 96}, "supports head sizes 64, 128, 256, not 96"),
         ({"head_dim": 32}, "not 32"),  # xrt_flash runs 32; the Hopper kernel does not
-        ({"varlen": True}, "not packed variable-length sequences (cu_seqlens)"),
         ({"heads": 6, "kv_heads": 4}, "query heads (6) must be a multiple of key/value heads (4)"),
     ],
 )
@@ -98,12 +97,43 @@ def test_reason_for_other_ops_and_shapes() -> None:
     )
 
 
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "packed"])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_supported_metadata_on_an_sm90_device(head_dim: int, dtype: str) -> None:
-    shape = _shape(head_dim=head_dim, kv_heads=1, causal=False)
+def test_supported_metadata_on_an_sm90_device(head_dim: int, dtype: str, varlen: bool) -> None:
+    # Packed variable-length batches (cu_seqlens) run on it as dense ones do.
+    shape = _shape(head_dim=head_dim, kv_heads=1, causal=False, varlen=varlen)
     assert hopper_query_reason("attention", shape, dtype, "cuda:1") == ""
     assert hopper_capability_reason("cuda:1", (9, 0)) == ""
+
+
+def test_packed_forward_checks_its_arguments_before_the_gpu() -> None:
+    torch = pytest.importorskip("torch")
+    from xpuruntime.kernels.attention.hopper import hopper_attention_forward
+    from xpuruntime.runtime.errors import InvalidArgumentError
+
+    q = torch.zeros(10, 8, 64, dtype=torch.bfloat16)
+    kv = torch.zeros(12, 2, 64, dtype=torch.bfloat16)
+    cu_q = torch.tensor([0, 4, 10], dtype=torch.int32)
+    cu_k = torch.tensor([0, 5, 12], dtype=torch.int32)
+
+    def call(q: Any = q, kv: Any = kv, **given: Any) -> None:
+        packed = {"cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k, **given}
+        hopper_attention_forward(q, kv, kv, causal=True, **packed)
+
+    with pytest.raises(InvalidArgumentError, match=r"\(total, heads, head_dim\) with cu_seqlens"):
+        call(q=q[None])
+    with pytest.raises(InvalidArgumentError, match="both cu_seqlens_q and cu_seqlens_k"):
+        call(cu_seqlens_k=None)
+    with pytest.raises(InvalidArgumentError, match="cu_seqlens_k must be a 1-D int32 tensor"):
+        call(cu_seqlens_k=cu_k.long())
+    with pytest.raises(InvalidArgumentError, match="different batch sizes \\(2 and 1\\)"):
+        call(cu_seqlens_k=cu_k[:2])
+    with pytest.raises(InvalidArgumentError, match=r"query heads \(8\) must be a multiple"):
+        call(kv=torch.zeros(12, 3, 64, dtype=torch.bfloat16))
+    # Well-formed: refused only for where it runs.
+    with pytest.raises(UnsupportedOperationError, match="runs on CUDA tensors; query is on cpu"):
+        call(max_seqlen_q=6, max_seqlen_k=7)
 
 
 @pytest.mark.parametrize(

@@ -179,17 +179,13 @@ def _missing_gluon() -> str:
 def hopper_query_reason(op: str, shape: Sequence[int], dtype: str, device: str) -> str:
     """'' when ``xrt_flash_hopper`` can run the query as far as its metadata says (op,
     shape, dtype, device kind), else why not; the GPU's compute capability is
-    :func:`hopper_capability_reason`'s."""
+    :func:`hopper_capability_reason`'s. Dense and packed variable-length batches alike (its
+    forward takes ``cu_seqlens``; their backward is xrt_flash's)."""
     if dtype not in DTYPES and op == "attention" and len(shape) == len(QUERY_FIELDS):
         return f"supports float16 and bfloat16, not {dtype} (cast the inputs, or use autocast)"
     reason = _shape_reason(op, shape, HOPPER_HEAD_DIMS)
     if reason:
         return reason
-    if shape[QUERY_FIELDS.index("varlen")]:
-        return (
-            "takes dense batches only, not packed variable-length sequences (cu_seqlens), "
-            "which xrt_flash runs"
-        )
     spec = split_device(device)
     if spec is None or spec.kind != "cuda":
         where = "the CPU" if device == "cpu" else device

@@ -1,0 +1,262 @@
+"""xrt_flash_hopper's forward on packed variable-length batches (``cu_seqlens``), on an sm_90 GPU.
+
+Each case packs sequences of uneven lengths (shorter than a tile, on tile edges, empty, query
+and key lengths apart) into (total, heads, head_dim) tensors and checks the Gluon forward's
+output and log-sum-exp against a float32 reference computed sequence by sequence, and
+against ``xrt_flash``'s own varlen forward (whose backward takes this log-sum-exp). Rows
+that belong to no sequence must be left as they were: a tile that runs past its sequence's
+end must store nothing there.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from xpuruntime.kernels.attention import hopper, launch  # noqa: E402
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="interpreter run"),
+    pytest.mark.skipif(
+        not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)),
+        reason="xrt_flash_hopper runs on sm_90 GPUs (H100/H200) only",
+    ),
+]
+
+#: Rows past the last sequence, and their fill: the forward must leave them untouched.
+SPARE_ROWS = 37
+SENTINEL = 7.0
+#: Max |error| of the output against the float32 reference, and of the log-sum-exp.
+OUT_TOL = {torch.bfloat16: 2e-2, torch.float16: 5e-3}
+LSE_TOL = 2e-3
+
+
+def _pack(
+    lens_q: list[int], lens_k: list[int], heads: int, kv_heads: int, dim: int, dtype: Any
+) -> tuple[Any, ...]:
+    """Packed query, key and value (with SPARE_ROWS rows of no sequence at the end) and their
+    int32 offsets."""
+    gen = torch.Generator(device="cuda").manual_seed(sum(lens_q) * 31 + dim)
+    total_q, total_k = sum(lens_q) + SPARE_ROWS, sum(lens_k) + SPARE_ROWS
+
+    def draw(rows: int, h: int) -> Any:
+        return torch.randn(rows, h, dim, device="cuda", generator=gen).to(dtype)
+
+    q, k, v = draw(total_q, heads), draw(total_k, kv_heads), draw(total_k, kv_heads)
+
+    def offsets(lens: list[int]) -> Any:
+        return torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], device="cuda").int()
+
+    return q, k, v, offsets(lens_q), offsets(lens_k)
+
+
+def _reference(
+    q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, causal: bool, scale: float
+) -> tuple[Any, Any]:
+    """float32 output and natural-log log-sum-exp ((heads, total_q)), sequence by sequence;
+    rows of no sequence are NaN (not compared). Causal is top-left within each sequence."""
+    group = q.shape[1] // k.shape[1]
+    out = torch.full(q.shape, float("nan"), device="cuda")
+    lse = torch.full((q.shape[1], q.shape[0]), float("nan"), device="cuda")
+    for i in range(cu_q.numel() - 1):
+        q0, q1, k0, k1 = (int(x) for x in (cu_q[i], cu_q[i + 1], cu_k[i], cu_k[i + 1]))
+        if q1 == q0:
+            continue
+        if k1 == k0:  # no key: zeros and -inf, as xrt_flash returns
+            out[q0:q1] = 0.0
+            lse[:, q0:q1] = float("-inf")
+            continue
+        qs = q[q0:q1].float().transpose(0, 1)
+        ks = k[k0:k1].float().transpose(0, 1).repeat_interleave(group, 0)
+        vs = v[k0:k1].float().transpose(0, 1).repeat_interleave(group, 0)
+        s = qs @ ks.transpose(1, 2) * scale
+        if causal:
+            rows = torch.arange(q1 - q0, device="cuda")[:, None]
+            cols = torch.arange(k1 - k0, device="cuda")[None, :]
+            s = s.masked_fill(cols > rows, float("-inf"))
+        out[q0:q1] = (torch.softmax(s, -1) @ vs).transpose(0, 1)
+        lse[:, q0:q1] = torch.logsumexp(s, -1)
+    return out, lse
+
+
+def _run(
+    q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, lens_q: list[int], lens_k: list[int],
+    causal: bool, scale: float | None = None, variant: str | None = None,
+) -> tuple[Any, Any]:  # fmt: skip
+    out = torch.full_like(q, SENTINEL)
+    got, lse = hopper.hopper_attention_forward(
+        q, k, v, causal=causal, scale=scale, variant=variant, out=out,
+        cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+        max_seqlen_q=max(lens_q, default=0), max_seqlen_k=max(lens_k, default=0),
+    )  # fmt: skip
+    assert got is out
+    return out, lse
+
+
+def _check(
+    got: Any, lse: Any, q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, causal: bool, scale: float
+) -> None:
+    ref, ref_lse = _reference(q, k, v, cu_q, cu_k, causal, scale)
+    rows = int(cu_q[-1])
+    assert torch.all(got[rows:] == SENTINEL), "rows of no sequence were written"
+    assert not torch.isnan(got[:rows]).any(), "NaN in the output"
+    err = (got[:rows].float() - ref[:rows]).abs().max().item()
+    assert err < OUT_TOL[q.dtype], f"output max |error| {err}"
+    want, have = ref_lse[:, :rows], lse[:, :rows]
+    assert torch.equal(torch.isneginf(want), torch.isneginf(have)), "-inf rows differ"
+    finite = torch.isfinite(want)
+    if finite.any():
+        lse_err = (have[finite] - want[finite]).abs().max().item()
+        assert lse_err < LSE_TOL, f"log-sum-exp max |error| {lse_err}"
+
+
+#: (query lengths, key lengths): tiles' edges (64/128/192 rows a CTA), shorter than one
+#: tile, empty query or key sequences, and query lengths apart from key lengths.
+LENGTHS = {
+    "mixed": ([1000, 17, 513, 2048, 0, 300], [1000, 17, 513, 2048, 0, 300]),
+    "edges": ([1, 63, 64, 65, 127, 128, 129, 191, 192, 193], [1, 63, 64, 65, 127, 128, 129, 191, 192, 193]),
+    "q!=k": ([100, 700, 5, 256, 0], [300, 200, 5, 1, 9]),
+    "no keys": ([70, 130, 40], [0, 260, 0]),
+    "one short": ([5], [5]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dim", [64, 128])
+@pytest.mark.parametrize("case", list(LENGTHS))
+def test_packed_forward_matches_a_per_sequence_reference(
+    case: str, dim: int, causal: bool, dtype: Any
+) -> None:
+    lens_q, lens_k = LENGTHS[case]
+    q, k, v, cu_q, cu_k = _pack(lens_q, lens_k, 16, 4, dim, dtype)  # GQA 4:1
+    scale = 1.0 / math.sqrt(dim)
+    got, lse = _run(q, k, v, cu_q, cu_k, lens_q, lens_k, causal)
+    _check(got, lse, q, k, v, cu_q, cu_k, causal, scale)
+
+
+@pytest.mark.parametrize("dim", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_every_variant_on_packed_sequences(dim: int, causal: bool) -> None:
+    # Persistent and three-warpgroup variants included: tiles past a sequence are skipped
+    # by every partition alike, or the pipeline's barriers would hang.
+    lens_q, lens_k = LENGTHS["mixed"]
+    q, k, v, cu_q, cu_k = _pack(lens_q, lens_k, 8, 8, dim, torch.bfloat16)
+    for name in hopper.variant_names(dim):
+        got, lse = _run(q, k, v, cu_q, cu_k, lens_q, lens_k, causal, variant=name)
+        _check(got, lse, q, k, v, cu_q, cu_k, causal, 1.0 / math.sqrt(dim))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_agrees_with_xrt_flash_varlen(causal: bool) -> None:
+    """Same inputs through xrt_flash's varlen forward: outputs within rounding, and the same
+    log-sum-exp (float32 statistics both), which xrt_flash's varlen backward then takes."""
+    lens_q, lens_k = [1000, 17, 513, 0, 300, 64], [900, 40, 513, 12, 300, 0]
+    q, k, v, cu_q, cu_k = _pack(lens_q, lens_k, 32, 8, 128, torch.bfloat16)
+    varlen = launch.Varlen(cu_q, cu_k, max(lens_q), max(lens_k))
+    scale = 0.3  # explicit, not 1/sqrt(head_dim)
+    want, want_lse, _ = launch.forward(
+        q, k, v, causal=causal, scale=scale, layout="thd", varlen=varlen
+    )
+    got, lse = _run(q, k, v, cu_q, cu_k, lens_q, lens_k, causal, scale=scale)
+    _check(got, lse, q, k, v, cu_q, cu_k, causal, scale)
+    rows = int(cu_q[-1])
+    torch.testing.assert_close(got[:rows], want[:rows], atol=2e-2, rtol=0)
+    torch.testing.assert_close(lse[:, :rows], want_lse[:, :rows], atol=1e-3, rtol=0)
+    do = torch.randn_like(q)
+    do[rows:] = 0
+    ours = launch.backward(
+        do, q, k, v, got, lse, causal=causal, scale=scale, layout="thd", varlen=varlen
+    )
+    theirs = launch.backward(
+        do, q, k, v, want, want_lse, causal=causal, scale=scale, layout="thd", varlen=varlen
+    )
+    keys = int(cu_k[-1])
+    for name, a, b, n in zip(
+        ("dq", "dk", "dv"), ours[:3], theirs[:3], (rows, keys, keys), strict=True
+    ):
+        torch.testing.assert_close(a[:n], b[:n], atol=5e-2, rtol=0, msg=name)
+
+
+def test_strided_inputs_given_stream_and_unaligned_out() -> None:
+    """Query, key and value as views of one packed (total, 3, heads, dim) projection (strided
+    rows, no copy), on a side stream, into an output TMA cannot address (padded rows): the
+    same numbers as contiguous inputs, and the current stream left as it was."""
+    lens = [300, 1, 129, 64]
+    total, heads, dim = sum(lens), 8, 128
+    qkv = torch.randn(total, 3, heads, dim, device="cuda", dtype=torch.bfloat16)
+    q, k, v = qkv.unbind(1)
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], device="cuda").int()
+    plain, plain_lse = hopper.hopper_attention_forward(
+        q.contiguous(), k.contiguous(), v.contiguous(), causal=True,
+        cu_seqlens_q=cu, cu_seqlens_k=cu,
+    )  # fmt: skip
+    padded = torch.full((total, heads, dim + 2), SENTINEL, device="cuda", dtype=q.dtype)
+    side = torch.cuda.Stream()
+    before = torch.cuda.current_stream()
+    side.wait_stream(before)
+    got, lse = hopper.hopper_attention_forward(
+        q, k, v, causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=300,
+        max_seqlen_k=300, stream=side.cuda_stream, out=padded[..., :dim],
+    )  # fmt: skip
+    assert torch.cuda.current_stream() == before
+    side.synchronize()
+    assert torch.equal(got, plain)
+    assert torch.equal(lse, plain_lse)
+    assert torch.all(padded[..., dim:] == SENTINEL)
+    _check(plain, plain_lse, q, k, v, cu, cu, True, 1.0 / math.sqrt(dim))
+
+
+def test_no_sequence_or_no_key_at_all() -> None:
+    q = torch.randn(10, 4, 64, device="cuda", dtype=torch.float16)
+    empty = torch.zeros(3, dtype=torch.int32, device="cuda")
+    out, lse = hopper.hopper_attention_forward(
+        q, q, q, causal=False, cu_seqlens_q=empty, cu_seqlens_k=empty
+    )
+    assert lse.shape == (4, 10)
+    assert torch.all(torch.isneginf(lse))
+    cu_q = torch.tensor([0, 4, 10], dtype=torch.int32, device="cuda")
+    out, lse = hopper.hopper_attention_forward(
+        q, q[:0], q[:0], causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=empty[:3]
+    )
+    assert torch.all(out == 0)
+    assert torch.all(torch.isneginf(lse))
+
+
+def test_through_ops_attention_and_its_backward() -> None:
+    """The user's path: a policy pinning xrt_flash_hopper runs packed calls on it, and the
+    backward (xrt_flash's Triton varlen kernels on its log-sum-exp) matches xrt_flash's."""
+    import xpuruntime.ops as ops
+    from xpuruntime.policies import KernelPolicy
+    from xpuruntime.runtime.record import ExecutionRecord
+
+    lens = [1000, 17, 0, 513, 300]
+    q, k, v, cu, _ = _pack(lens, lens, 16, 4, 128, torch.bfloat16)
+    args: dict[str, Any] = {
+        "causal": True, "cu_seqlens_q": cu, "cu_seqlens_k": cu, "max_seqlen_q": 1000,
+        "max_seqlen_k": 1000,
+    }  # fmt: skip
+    record = ExecutionRecord(kind="training")
+    pin = KernelPolicy(attention="xrt_flash_hopper")
+    out, lse = ops.attention(q, k, v, return_lse=True, policy=pin, record=record, **args)
+    want, want_lse = ops.attention(
+        q, k, v, return_lse=True, policy=KernelPolicy(attention="xrt_flash"), **args
+    )
+    assert record.decisions[-1].kernel == "xrt_flash_hopper"
+    assert "gluon hopper forward" in record.decisions[-1].reason
+    rows = int(cu[-1])
+    torch.testing.assert_close(out[:rows], want[:rows], atol=2e-2, rtol=0)
+    torch.testing.assert_close(lse[:, :rows], want_lse[:, :rows], atol=1e-3, rtol=0)
+    do = torch.randn_like(q)
+    grads = ops.attention_backward(do, q, k, v, out, lse, policy=pin, record=record, **args)
+    assert "xrt_flash's Triton kernels" in record.decisions[-1].reason
+    expected = ops.attention_backward(do, q, k, v, want, want_lse, **args)
+    for name, a, b in zip(("dq", "dk", "dv"), grads, expected, strict=True):
+        torch.testing.assert_close(a[:rows], b[:rows], atol=5e-2, rtol=0, msg=name)
