@@ -1,6 +1,7 @@
 """GPU check of the Gluon Hopper attention forward: accuracy against float32, speed against cuDNN.
 
     python3 hopper_attention_check.py [--quick] [--variants all|m64n128s2pp,...] [--timeout 300]
+        [--batches dense,varlen]
 
 For every configuration (head size 64/128, S 512-16384 with batch * S = 16384 tokens and
 heads = 2048 / head size, causal and full, bfloat16, plus odd cases: S not a multiple of the
@@ -13,6 +14,15 @@ tile, GQA 4:1, float16, seqlen_q != seqlen_k) it:
    and, when importable, ``xrt_flash``'s Triton forward) and prints TFLOP/s
    (4 * B * H * Sq * Sk * D, halved when causal) and the ratios.
 
+Packed variable-length batches (``--batches varlen``; both kinds run by default): about 16k
+tokens a batch in sequences of uneven (seeded) lengths, plus edge cases (sequences shorter
+than a tile, on tile edges, empty, query lengths apart from key lengths). Each is checked
+against a float32 reference per sequence (three sequences, the first and last query heads)
+and against ``xrt_flash``'s varlen forward on every row, and timed against ``xrt_flash``'s
+varlen forward and PyTorch's ``varlen_attn`` (FlashAttention-2, or cuDNN where PyTorch picks
+it) where the query and key lengths agree (their causal mask is bottom-right aligned where
+they differ; ours is top-left, as SDPA's). TFLOP/s count the visible (query, key) pairs.
+
 Every configuration runs in its own subprocess with a time limit, so a failing or hanging
 kernel is reported and the run goes on (``--in-process`` turns that off). Run it from the
 repository root or from this directory; the core's sources are put on the path.
@@ -21,9 +31,11 @@ repository root or from this directory; the core's sources are put on the path.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 import time
@@ -92,7 +104,64 @@ def configs(quick: bool) -> list[Config]:
     return main + odd
 
 
+def _uneven(total: int, mean: int, seed: int) -> list[int]:
+    """Sequence lengths drawn uniformly in [1, 2 * mean) until they add up to ``total``."""
+    rng = random.Random(seed)
+    lengths: list[int] = []
+    while sum(lengths) < total:
+        lengths.append(min(rng.randrange(1, 2 * mean), total - sum(lengths)))
+    return lengths
+
+
+def _varlen(
+    head_dim: int, lens_q: list[int], causal: bool, *, lens_k: list[int] | None = None,
+    kv_ratio: int = 1, dtype: str = "bf16", label: str = "",
+) -> Config:  # fmt: skip
+    heads = 2048 // head_dim
+    return {
+        "varlen": True,
+        "head_dim": head_dim,
+        "heads": heads,
+        "kv_heads": heads // kv_ratio,
+        "lens_q": lens_q,
+        "lens_k": lens_k if lens_k is not None else lens_q,
+        "causal": causal,
+        "dtype": dtype,
+        "label": label,
+    }
+
+
+def varlen_configs(quick: bool) -> list[Config]:
+    """Packed batches of uneven lengths, then the edge cases."""
+    edges = [1, 63, 64, 65, 127, 128, 129, 191, 192, 193, 0, 3000]
+    edges_k = [5, 63, 200, 1, 127, 0, 129, 64, 192, 1000, 7, 2500]
+    timed = [
+        _varlen(hd, _uneven(16384, mean, seed=mean), causal)
+        for hd in (128, 64)
+        for mean in ((512, 2048) if not quick else (1024,))
+        for causal in (False, True)
+    ]
+    odd = [
+        _varlen(128, _uneven(16384, 1024, seed=7), True, kv_ratio=4, label="GQA 4:1"),
+        _varlen(128, _uneven(16384, 1024, seed=8), False, dtype="fp16", label="fp16"),
+        _varlen(64, _uneven(4096, 48, seed=9), True, label="short"),
+        _varlen(128, edges, True, lens_k=edges_k, label="edges, Sq!=Sk"),
+        _varlen(128, edges, False, lens_k=edges_k, label="edges, Sq!=Sk"),
+        _varlen(256, edges, True, label="edges"),
+    ]
+    return timed + (odd[:1] + odd[3:4] if quick else odd)
+
+
 def _describe(c: Config) -> str:
+    if c.get("varlen"):
+        lens_q, lens_k = c["lens_q"], c["lens_k"]
+        seq = f"{len(lens_q)} seqs, {sum(lens_q)} tokens, max {max(lens_q)}"
+        if lens_k != lens_q:
+            seq += f" / keys {sum(lens_k)} tokens, max {max(lens_k)}"
+        heads = f"H{c['heads']}" + (f"/KV{c['kv_heads']}" if c["kv_heads"] != c["heads"] else "")
+        kind = "causal" if c["causal"] else "full"
+        extra = f" [{c['label']}]" if c["label"] else ""
+        return f"varlen hd{c['head_dim']} {heads} {seq} {kind} {c['dtype']}{extra}"
     seq = f"S{c['seqlen_q']}" + (f"/Sk{c['seqlen_k']}" if c["seqlen_k"] != c["seqlen_q"] else "")
     heads = f"H{c['heads']}" + (f"/KV{c['kv_heads']}" if c["kv_heads"] != c["heads"] else "")
     kind = "causal" if c["causal"] else "full"
@@ -241,6 +310,132 @@ def run_one(c: Config, variants: list[str]) -> None:
         print(f"  {name:>18}: {ms:8.3f} ms  {tflops:6.1f} TFLOP/s{ratios}", flush=True)
 
 
+def _packed_inputs(c: Config) -> tuple[Any, ...]:
+    """Seeded packed query, key and value and their int32 offsets."""
+    import torch
+
+    torch.manual_seed(0)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[c["dtype"]]
+    d = c["head_dim"]
+    q = torch.randn(sum(c["lens_q"]), c["heads"], d, device="cuda", dtype=dtype)
+    k = torch.randn(sum(c["lens_k"]), c["kv_heads"], d, device="cuda", dtype=dtype)
+    v = torch.randn_like(k)
+    cu_q, cu_k = (
+        torch.tensor([0, *itertools.accumulate(c[key])], device="cuda", dtype=torch.int32)
+        for key in ("lens_q", "lens_k")
+    )
+    return q, k, v, cu_q, cu_k
+
+
+def _visible_pairs(c: Config) -> int:
+    """(query, key) pairs the mask lets through (top-left causal: row i sees min(i + 1, Sk))."""
+    if not c["causal"]:
+        return sum(a * b for a, b in zip(c["lens_q"], c["lens_k"], strict=True))
+    return sum(
+        sum(min(i + 1, sk) for i in range(sq))
+        for sq, sk in zip(c["lens_q"], c["lens_k"], strict=True)
+    )
+
+
+def run_varlen(c: Config, variants: list[str]) -> None:
+    import torch
+    import triton
+
+    from xpuruntime.kernels.attention import hopper, launch
+
+    q, k, v, cu_q, cu_k = _packed_inputs(c)
+    lens_q, lens_k, causal, d = c["lens_q"], c["lens_k"], c["causal"], c["head_dim"]
+    scale = 1.0 / math.sqrt(d)
+    max_q, max_k = max(lens_q), max(lens_k)
+    flops = 4.0 * c["heads"] * d * _visible_pairs(c)
+    names = variants or [hopper.variant_names(d)[0]]
+    varlen = launch.Varlen(cu_q, cu_k, max_q, max_k)
+    # The float32 reference of three sequences (the first, the longest, the last with rows),
+    # first and last query heads; the layout (seq, heads, dim) per sequence.
+    nonempty = [i for i, n in enumerate(lens_q) if n]
+    picked = sorted({nonempty[0], max(nonempty, key=lambda i: lens_q[i]), nonempty[-1]})
+    ref_heads = sorted({0, c["heads"] - 1})
+    refs = []
+    for i in picked:
+        q0, q1, k0, k1 = (int(x) for x in (cu_q[i], cu_q[i + 1], cu_k[i], cu_k[i + 1]))
+        if k1 == k0:
+            continue  # no key: zeros and -inf, checked against xrt_flash below
+        seq = [x.transpose(0, 1).unsqueeze(0) for x in (q[q0:q1], k[k0:k1], v[k0:k1])]
+        refs.append((q0, q1, *_reference(*seq, causal, scale, ref_heads)))
+
+    want, want_lse, _ = launch.forward(
+        q, k, v, causal=causal, scale=scale, layout="thd", varlen=varlen
+    )
+    peers: dict[str, Any] = {
+        "xrt_flash": lambda: launch.forward(
+            q, k, v, causal=causal, scale=scale, layout="thd", varlen=varlen
+        )
+    }
+    if lens_q == lens_k:  # bottom-right and top-left causal agree only on square sequences
+        try:
+            from torch.nn.attention.varlen import varlen_attn
+
+            def torch_varlen() -> Any:
+                return varlen_attn(
+                    q, k, v, cu_q, cu_k, max_q, max_k, scale=scale,
+                    window_size=(-1, 0) if causal else (-1, -1), enable_gqa=True,
+                )  # fmt: skip
+
+            o_t = torch_varlen()
+            err = (o_t.float() - want.float()).abs().max().item()
+            print(f"  torch varlen_attn: max|diff| to xrt_flash {err:.2e}", flush=True)
+            peers["torch varlen"] = torch_varlen
+        except Exception as error:  # older PyTorch, or a shape it refuses
+            print(f"  torch varlen_attn unavailable: {type(error).__name__}: {str(error)[:100]}")
+
+    ours: dict[str, Any] = {}
+    for name in names:
+        try:
+            o, lse = hopper.hopper_attention_forward(
+                q, k, v, causal=causal, scale=scale, variant=name, cu_seqlens_q=cu_q,
+                cu_seqlens_k=cu_k, max_seqlen_q=max_q, max_seqlen_k=max_k,
+            )  # fmt: skip
+            torch.cuda.synchronize()
+            o_err = lse_err = 0.0
+            for q0, q1, ref_o, ref_lse in refs:
+                got = o[q0:q1].transpose(0, 1)[ref_heads].float()
+                o_err = max(o_err, (got - ref_o).abs().max().item())
+                got_lse = lse[ref_heads, q0:q1]
+                lse_err = max(lse_err, (got_lse - ref_lse).abs().max().item())
+            flash_o = (o.float() - want.float()).abs().max().item()
+            same_inf = torch.equal(torch.isneginf(lse), torch.isneginf(want_lse))
+            finite = torch.isfinite(want_lse)
+            flash_lse = (lse[finite] - want_lse[finite]).abs().max().item() if finite.any() else 0
+            nan = bool(torch.isnan(o).any().item())
+            print(
+                f"  {name}: out max|err| {o_err:.2e}, lse {lse_err:.2e} (fp32 reference); "
+                f"vs xrt_flash out {flash_o:.2e}, lse {flash_lse:.2e}"
+                f"{'' if same_inf else '  -INF ROWS DIFFER'}{'  NaN IN OUTPUT' if nan else ''}",
+                flush=True,
+            )
+            ours[name] = lambda n=name: hopper.hopper_attention_forward(
+                q, k, v, causal=causal, scale=scale, variant=n, cu_seqlens_q=cu_q,
+                cu_seqlens_k=cu_k, max_seqlen_q=max_q, max_seqlen_k=max_k,
+            )  # fmt: skip
+        except Exception as error:  # report the variant's failure, keep the others
+            print(f"  {name}: FAILED {type(error).__name__}: {str(error)[:300]}", flush=True)
+
+    everyone = {**{f"gluon {n}": f for n, f in ours.items()}, **peers}
+    times: dict[str, list[float]] = {n: [] for n in everyone}
+    for _ in range(3):  # interleaved rounds
+        for name, fn in everyone.items():
+            times[name].append(triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median"))
+    medians = {n: sorted(t)[len(t) // 2] for n, t in times.items()}
+    for name, ms in medians.items():
+        ratios = "".join(
+            f"  vs {peer} {medians[peer] / ms:.2f}x"
+            for peer in ("torch varlen", "xrt_flash")
+            if peer in medians and name.startswith("gluon")
+        )
+        tflops = flops / (ms * 1e-3) / 1e12
+        print(f"  {name:>18}: {ms:8.3f} ms  {tflops:6.1f} TFLOP/s{ratios}", flush=True)
+
+
 def _check_stream_and_out(q: Any, k: Any, v: Any, causal: bool, scale: float, name: str) -> None:
     """``stream=`` runs on that stream and leaves the current one; ``out=`` gets the output,
     written in place when TMA can address it (a (batch, seq, heads, dim) buffer) and through
@@ -283,6 +478,11 @@ def main() -> int:
         help="comma-separated variants to run (all: every candidate of the head size); "
         "default: the head size's default",
     )
+    parser.add_argument(
+        "--batches",
+        default="dense,varlen",
+        help="dense batches and/or varlen (packed sequences, cu_seqlens)",
+    )
     parser.add_argument("--timeout", type=int, default=300, help="seconds per configuration")
     parser.add_argument("--in-process", action="store_true", help="no subprocess per config")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: JSON of one config
@@ -292,7 +492,8 @@ def main() -> int:
 
     if args.one:
         config = json.loads(args.one)
-        run_one(config, _variants(args.variants, config["head_dim"]))
+        run = run_varlen if config.get("varlen") else run_one
+        run(config, _variants(args.variants, config["head_dim"]))
         return 0
 
     import torch
@@ -302,12 +503,17 @@ def main() -> int:
         return 0
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
     failures = 0
-    for config in configs(args.quick):
+    batches = args.batches.split(",")
+    chosen = (configs(args.quick) if "dense" in batches else []) + (
+        varlen_configs(args.quick) if "varlen" in batches else []
+    )
+    for config in chosen:
         print(_describe(config), flush=True)
         start = time.time()
         if args.in_process:
             try:
-                run_one(config, _variants(args.variants, config["head_dim"]))
+                run = run_varlen if config.get("varlen") else run_one
+                run(config, _variants(args.variants, config["head_dim"]))
             except Exception as error:  # one configuration's failure must not end the run
                 failures += 1
                 print(f"  FAILED {type(error).__name__}: {str(error)[:400]}", flush=True)
