@@ -30,8 +30,8 @@ Packed variable-length batches (``VARLEN``, ``cu_seqlens``) use the same descrip
 ``(1, heads, total, head_dim)`` view, offset by each sequence's first row: one host-built
 descriptor serves every sequence (no per-CTA descriptor to build), so a tile running past a
 sequence's end reads the next sequence's rows. Those keys are masked like the dense tail
-(key columns at or past the sequence's length get -inf); query rows past the end are computed
-and dropped: a tile that ends past its sequence stores its rows with masked stores instead
+(key columns at or past the sequence's length get -inf, so their values get weight 0: they
+must be finite, as real tokens are); query rows past the end are computed and dropped: a tile that ends past its sequence stores its rows with masked stores instead
 of TMA. The grid covers the longest sequence; tiles past a shorter one's end return at once.
 
 Numerics follow :mod:`._kernels` exactly: base-2 softmax (``qk_scale = scale * log2(e)``),

@@ -441,7 +441,10 @@ def hopper_attention_forward(
     masking is top-left within each sequence, and the log-sum-exp is (heads, total_q), as
     :func:`.launch.forward` returns them for ``layout="thd"`` (rows of no sequence are left
     unwritten there too). ``max_seqlen_q``/``max_seqlen_k`` (the longest lengths) size the
-    grid; without them they are read from the offsets (a device sync).
+    grid; without them they are read from the offsets (a device sync). A sequence's last key
+    tile reads the rows after it (the next sequence's, or rows past ``cu_seqlens_k[-1]``) with
+    weight 0, so those must hold finite numbers (0 · NaN is NaN), as real tokens do; xrt_flash
+    does not read them.
 
     ``variant`` (default: ``XPURUNTIME_HOPPER_ATTENTION_VARIANT`` or the head size's first)
     picks the tiles and schedule. ``stream`` (a raw ``cudaStream_t``; default: the current
@@ -502,7 +505,9 @@ def hopper_attention_forward(
             lse = torch.empty((d.batch, d.heads, d.seqlen_q), dtype=torch.float32, device=q.device)
             no_query = target.numel() == 0
             no_key = d.seqlen_k == 0
-        if no_query or no_key:  # nothing to attend to: zeros and -inf, as the Triton forward
+        if no_query:  # no row to compute (packed: rows of no sequence are left as they are)
+            lse.fill_(float("-inf"))
+        elif no_key:  # nothing to attend to: zeros and -inf, as the Triton forward returns
             target.zero_()
             lse.fill_(float("-inf"))
         else:
