@@ -68,7 +68,6 @@ def compile_one(
         signature |= {"num_kv_heads": "i32", **common}
         constexprs = {"HEAD_DIM": head_dim, "BLOCK_M": m, "NUM_STAGES": variant.stages}
         constexprs |= {"CAUSAL": causal, "SPLIT_COLS": variant.split_cols, **regs}
-        constexprs["EARLY_DV"] = variant.early_dv
         constexprs["DQ_TMA"] = variant.tma_dq
         tag = variant.name
     elif kernel == "convert":  # the fused path's float32 dQ to dQ

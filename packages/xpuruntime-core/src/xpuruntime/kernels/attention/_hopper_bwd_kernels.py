@@ -542,7 +542,7 @@ def _fused_step(
     delta_smem, ds_smem, q_ready, do_ready, empty, ds_ready, ds_free, dk, dv, s_init, dq_init,
     row0, qk_scale,
     WG: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-    SPLIT_COLS: gl.constexpr, EARLY_DV: gl.constexpr, DQ_TMA: gl.constexpr,
+    SPLIT_COLS: gl.constexpr, DQ_TMA: gl.constexpr,
 ):  # fmt: skip
     """:func:`_dkdv_step`, plus this query block's dQ contribution: dSᵀ goes to shared
     memory (the MN-major A operand of dS K) and the float32 product is added with vector
@@ -569,18 +569,13 @@ def _fused_step(
             keep = gl.expand_dims(cols, 0) >= gl.expand_dims(keys, 1)
             qk = gl.where(keep, qk, float("-inf"))
     p = gl.exp2(qk - gl.expand_dims(lse2, 0))
-    if EARLY_DV:  # dV += Pᵀ dO runs while dPᵀ lands and dSᵀ is computed
-        p_a = gl.convert_layout(p.to(q.dtype), a_layout)
-        dv_tok = warpgroup_mma(p_a, do, dv, is_async=True)
-        delta = _row(delta_smem.index(slot), BLOCK_M, cols_layout)
-        dp = warpgroup_mma_wait(num_outstanding=1, deps=(dp_tok,))
-        ds = (p * (dp - gl.expand_dims(delta, 0))).to(q.dtype)
-    else:  # Pᵀ in float32 dies before its 16-bit copy is made: fewer registers at the peak
-        delta = _row(delta_smem.index(slot), BLOCK_M, cols_layout)
-        dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok,))
-        ds = (p * (dp - gl.expand_dims(delta, 0))).to(q.dtype)
-        p_a = gl.convert_layout(p.to(q.dtype), a_layout)
-        dv_tok = warpgroup_mma(p_a, do, dv, is_async=True)
+    # Unlike _dkdv_step, dV's GEMM waits for dPᵀ: Pᵀ in float32 dies before its 16-bit copy
+    # is made, and the dQ product's registers fit (issued first, the loop spills at 128).
+    delta = _row(delta_smem.index(slot), BLOCK_M, cols_layout)
+    dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok,))
+    ds = (p * (dp - gl.expand_dims(delta, 0))).to(q.dtype)
+    p_a = gl.convert_layout(p.to(q.dtype), a_layout)
+    dv_tok = warpgroup_mma(p_a, do, dv, is_async=True)
     ds_a = gl.convert_layout(ds, a_layout)
     dk_tok = warpgroup_mma(ds_a, q, dk, is_async=True)
     if SPLIT_COLS:
@@ -669,7 +664,7 @@ def _fused_consumer(
     seqlen_pad, num_kv_heads, start_n, group, m_lo, n_m, qk_scale, scale,
     WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, SPLIT_COLS: gl.constexpr,
-    EARLY_DV: gl.constexpr, DQ_TMA: gl.constexpr,
+    DQ_TMA: gl.constexpr,
 ):  # fmt: skip
     """Consumer warpgroup ``WG``: dK and dV of key rows ``start_n + WG * 64`` to ``+ 64``,
     and their share of every query block's dQ (see :func:`_fused_step`)."""
@@ -704,7 +699,7 @@ def _fused_consumer(
             it, m, dq_head + rows.to(gl.int64) * HEAD_DIM, head_row + rows, dq_desc, dq_smem,
             k, v, k_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, q_ready, do_ready,
             empty, ds_ready, ds_free, dk, dv, s_init, dq_init, row0, qk_scale,
-            WG, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, EARLY_DV, DQ_TMA,
+            WG, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, DQ_TMA,
         )  # fmt: skip
     bh = gl.program_id(1)
     b = bh // num_kv_heads
@@ -723,16 +718,15 @@ def _xrt_attn_bwd_fused_hopper(
     q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc, DQ_ACC, dq_desc,
     seqlen_q, seqlen_pad, num_kv_heads, group, qk_scale, scale,
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
-    CAUSAL: gl.constexpr, SPLIT_COLS: gl.constexpr, EARLY_DV: gl.constexpr,
-    DQ_TMA: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    CAUSAL: gl.constexpr, SPLIT_COLS: gl.constexpr, DQ_TMA: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):  # fmt: skip
     """:func:`_xrt_attn_bwd_dkdv_hopper` (same grid, boxes and producer) that also adds each
     block's dQ = dS K, unscaled, into ``DQ_ACC``: a zeroed float32 (batch x heads,
     seqlen_pad, HEAD_DIM) buffer. ``SPLIT_COLS``: the two consumers share their dSᵀ through
     shared memory and each adds half of dQ's columns over all 128 keys (one atomic per
     element and key block); else each adds all columns over its own 64 keys (two).
-    ``EARLY_DV``: dV's GEMM is issued before dPᵀ is waited for (more overlap, more
-    registers). ``DQ_TMA`` (with ``SPLIT_COLS``): the products go through shared memory
+    ``DQ_TMA`` (with ``SPLIT_COLS``): the products go through shared memory
     and the copy engine's reduce-add (``dq_desc``: the accumulator as a 2-D float32
     (batch x heads x seqlen_pad, HEAD_DIM) tensor in [64, 32] boxes) instead of the
     consumers' own vector reductions."""
@@ -790,13 +784,13 @@ def _xrt_attn_bwd_fused_hopper(
                 k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, kv_bars,
                 q_ready, do_ready, empty, ds_ready, ds_free, dk_desc, dv_desc, DQ_ACC, dq_desc,
                 dq_smem, seqlen_pad, num_kv_heads, start_n, group, m_lo, n_m, qk_scale, scale,
-                0, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, EARLY_DV, DQ_TMA,
+                0, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, DQ_TMA,
             )),
             (_fused_consumer, (
                 k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, kv_bars,
                 q_ready, do_ready, empty, ds_ready, ds_free, dk_desc, dv_desc, DQ_ACC, dq_desc,
                 dq_smem, seqlen_pad, num_kv_heads, start_n, group, m_lo, n_m, qk_scale, scale,
-                1, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, EARLY_DV, DQ_TMA,
+                1, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, DQ_TMA,
             )),
             (_dkdv_producer, (
                 q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc,

@@ -3,28 +3,30 @@
 Two paths, both Gluon, both after a prep launch that writes delta = rowsum(dO ∘ O) and
 lse · log2(e) into buffers padded to 128 query rows:
 
-- *fused* (the default): one kernel per 128 keys computes dK, dV and each query block's dQ
-  contribution (5 GEMMs per block pair, FlashAttention-3's count) and adds the latter into a
-  zeroed float32 accumulator with atomics; a last small launch scales it into dQ. The order
-  of the float32 additions varies from run to run, so dQ is not bitwise reproducible.
+- *fused*: one kernel per 128 keys computes dK, dV and each query block's dQ contribution
+  (5 GEMMs per block pair, FlashAttention-3's count) and adds the latter into a zeroed
+  float32 accumulator (by the copy engine's reduce-add, or the consumers' vector
+  reductions); a last small launch scales it into dQ. The order of the float32 additions
+  varies from run to run, so dQ is not bitwise reproducible.
 - *deterministic*: the dK/dV kernel, then a dQ kernel that recomputes S and dP (7 GEMMs per
-  block pair, no atomics). :func:`hopper_attention_backward` takes it when asked
-  (``deterministic=True``; the launcher asks when ``torch.use_deterministic_algorithms`` is
-  on) or when the variant named is one of its own.
+  block pair, no atomics).
+
+Which runs: the variant named (argument, else ``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT``),
+else the head size's default, measured on an H200 (``_DEFAULT``: fused at head size 64,
+deterministic at 128); ``deterministic=True`` (the launcher passes
+``torch.are_deterministic_algorithms_enabled()``) replaces a fused choice by the
+deterministic default (:func:`choose_variant`).
 
 Like :mod:`.hopper`, torch and Triton are imported inside the functions that need them, and
 the variant table is plain data that the offline compile script reads without torch.
 
-Variants name the tiles. Fused: ``fm{query rows per step}s{ring stages}{c|k}[e][t]``, ``c``
-when the two consumer warpgroups share dSᵀ through shared memory and each adds half of dQ's
+Variants name the tiles. Fused: ``fm{query rows per step}s{ring stages}{c|k}[t]``, ``c`` when
+the two consumer warpgroups share dSᵀ through shared memory and each adds half of dQ's
 columns over all 128 keys (one atomic per element and key block), ``k`` when each adds all
-columns over its own 64 keys (two, but no cross-warpgroup barrier); ``e`` issues dV's GEMM
-before dPᵀ is waited for (more overlap, more registers); ``t`` (with ``c``) stages dQ in
-shared memory for the copy engine's reduce-add (TMA) instead of the consumers' own vector
-reductions. Deterministic: ``m{query rows
-per dK/dV step}s{its ring stages}n{key rows per dQ step}s{its ring stages}``.
-``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT`` overrides the default per head size, so one GPU
-run can time them all.
+columns over its own 64 keys (two, but no cross-warpgroup barrier); ``t`` (with ``c``) stages
+dQ in shared memory for the copy engine's reduce-add (TMA) instead of the consumers' own
+vector reductions. Deterministic: ``m{query rows per dK/dV step}s{its ring stages}n{key rows
+per dQ step}s{its ring stages}``.
 """
 
 from __future__ import annotations
@@ -49,7 +51,6 @@ __all__ = [
     "FusedVariant",
     "choose_variant",
     "hopper_attention_backward",
-    "is_fused_default",
     "parse_variant",
     "variant_names",
 ]
@@ -68,7 +69,6 @@ class FusedVariant:
     block_m: int
     stages: int
     split_cols: bool
-    early_dv: bool
     tma_dq: bool = False
     consumer_regs: int = 240
     producer_regs: int = 24
@@ -76,8 +76,7 @@ class FusedVariant:
     @property
     def name(self) -> str:
         split = "c" if self.split_cols else "k"
-        flags = ("e" if self.early_dv else "") + ("t" if self.tma_dq else "")
-        return f"fm{self.block_m}s{self.stages}{split}{flags}"
+        return f"fm{self.block_m}s{self.stages}{split}{'t' if self.tma_dq else ''}"
 
 
 @dataclass(frozen=True)
@@ -110,8 +109,11 @@ _DETERMINISTIC: dict[int, tuple[str, ...]] = {
     128: ("m64s2n64s2", "m64s2n128s2", "m64s3n64s3"),
 }
 #: What runs when neither a variant is named nor determinism asked for: the faster of the
-#: two kinds' defaults on an H200 (``scripts/hopper_attention_bwd_check.py``, S 2048-16384).
-_DEFAULT: dict[int, str] = {64: "m64s2n64s2", 128: "m64s2n64s2"}
+#: two kinds on an H200 (``scripts/hopper_attention_bwd_check.py --set grid``, S 2048-16384,
+#: causal and full, bfloat16). Head size 64: the fused kernel with dQ by the copy engine,
+#: 1.04-1.18x the deterministic path's speed in every cell; head size 128: the deterministic
+#: path, 1.04-1.10x the fused kernel's in every cell but S 16384 full (a tie).
+_DEFAULT: dict[int, str] = {64: "fm64s2ct", 128: "m64s2n64s2"}
 HEAD_DIMS = tuple(_FUSED)
 
 
@@ -122,22 +124,22 @@ def variant_names(head_dim: int) -> tuple[str, ...]:
 
 
 def parse_variant(name: str) -> FusedVariant | BwdVariant:
-    """``fm64s2ce`` -> FusedVariant(64, 2, True, True); ``m64s2n64s2`` -> BwdVariant(64, 2, 64, 2)."""
-    fused = re.fullmatch(r"fm(\d+)s(\d+)([ck])(e?)(t?)", name.strip())
+    """``fm64s2ct`` -> FusedVariant(64, 2, True, True); ``m64s2n64s2`` -> BwdVariant(64, 2, 64, 2)."""
+    fused = re.fullmatch(r"fm(\d+)s(\d+)([ck])(t?)", name.strip())
     if fused is not None:
         rows, stages = int(fused.group(1)), int(fused.group(2))
-        split, tma_dq = fused.group(3) == "c", fused.group(5) == "t"
+        split, tma_dq = fused.group(3) == "c", fused.group(4) == "t"
         if rows != 64 or stages not in (2, 3, 4) or (tma_dq and not split):
             raise InvalidArgumentError(
                 f"hopper attention backward variant {name!r}: fused steps of 64 rows, stages "
                 "2-4, t (dQ by the copy engine) only with c"
             )
-        return FusedVariant(rows, stages, split, fused.group(4) == "e", tma_dq)
+        return FusedVariant(rows, stages, split, tma_dq)
     match = re.fullmatch(r"m(\d+)s(\d+)n(\d+)s(\d+)", name.strip())
     if match is None:
         raise InvalidArgumentError(
             f"hopper attention backward variant {name!r} is neither fused "
-            "(fm<query rows>s<stages><c|k>[e][t]) nor deterministic "
+            "(fm<query rows>s<stages><c|k>[t]) nor deterministic "
             "(m<query rows>s<stages>n<key rows>s<stages>)"
         )
     rows, row_stages, keys, key_stages = (int(match.group(i)) for i in (1, 2, 3, 4))
@@ -165,11 +167,6 @@ def choose_variant(
         passed = "" if origin == "default" else f"; {name} {origin} is fused, not deterministic"
         return parse_variant(_DETERMINISTIC[head_dim][0]), f"default{passed}"
     return chosen, origin
-
-
-def is_fused_default(head_dim: int) -> bool:
-    """Whether the head size's default is the fused kernel."""
-    return isinstance(parse_variant(_DEFAULT[head_dim]), FusedVariant)
 
 
 def _check_like(name: str, x: torch.Tensor, q: torch.Tensor) -> None:
@@ -387,7 +384,6 @@ def _launch_fused(
         NUM_STAGES=config.stages,
         CAUSAL=causal,
         SPLIT_COLS=config.split_cols,
-        EARLY_DV=config.early_dv,
         DQ_TMA=config.tma_dq,
         CONSUMER_REGS=config.consumer_regs,
         PRODUCER_REGS=config.producer_regs,
