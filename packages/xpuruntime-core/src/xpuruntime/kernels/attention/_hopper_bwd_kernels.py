@@ -1,7 +1,8 @@
 """The Hopper (sm_90a) backward of ``xrt_flash``, written in Gluon: FlashAttention-3's layout
-of the work, in two kernels and without atomics.
+of the work, either fused (dQ added into a float32 accumulator) or in two kernels without
+atomics.
 
-Both kernels have the forward's shape (:mod:`._hopper_kernels`): one producer warp issues TMA
+The kernels have the forward's shape (:mod:`._hopper_kernels`): one producer warp issues TMA
 loads into ``NUM_STAGES``-deep shared-memory rings (a *ready* mbarrier per slot that the copy
 engine completes, an *empty* one that both consumers arrive on once their wgmmas have read
 the slot), two consumer warpgroups get the registers the producer gives up (``setmaxnreg``
@@ -22,6 +23,17 @@ consume them (no shared-memory round trip).
 
 Recomputing S and dP for dQ costs two GEMMs more than FlashAttention-3's atomic dQ, and buys
 deterministic results.
+
+- ``_xrt_attn_bwd_fused_hopper``: the dK/dV kernel that also computes each query block's dQ
+  contribution dS K from the dSᵀ it already has (5 GEMMs per block pair): dSᵀ goes to shared
+  memory in 16 bits, where it is the MN-major A operand of dS K. By default (``SPLIT_COLS``)
+  the two consumers write their 64 key rows of one [128 keys, 64 queries] tile (an mbarrier
+  pair orders the writes and the reads of two such tiles) and each multiplies all of it by
+  half of K's columns; the float32 product goes either through shared memory to the copy
+  engine's reduce-add into the accumulator (``DQ_TMA``, :func:`_tma_reduce_add`) or straight
+  from registers as ``red.global.add.v2.f32`` (:func:`_red_add`). The order of the additions
+  is not fixed: dQ is not bitwise reproducible. ``_xrt_attn_bwd_dq_convert_hopper`` scales
+  the accumulator into dQ.
 
 Numerics follow :mod:`._kernels` exactly: ``qk_scale = scale * log2(e)``, the forward's
 natural-log log-sum-exp used as ``lse * log2(e)``, ``delta = rowsum(dO ∘ O)`` in float32,
