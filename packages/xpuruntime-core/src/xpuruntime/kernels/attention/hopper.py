@@ -155,8 +155,8 @@ def _checked_variant(head_dim: int, name: str) -> Variant:
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: bool = False) -> None:
-    """Shapes and dtypes; ``packed``: (total, heads, head_dim) tensors of packed sequences,
-    else (batch, heads, seq, head_dim)."""
+    """Shapes, dtypes and devices (an sm_90 GPU); ``packed``: (total, heads, head_dim)
+    tensors of packed sequences, else (batch, heads, seq, head_dim)."""
     import torch
 
     rank = 3 if packed else 4
@@ -192,9 +192,6 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: bool = Fal
             f"hopper attention: query heads ({heads}) must be a multiple of key/value heads "
             f"({kv_heads})"
         )
-
-
-def _check_device(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     for name, x in (("query", q), ("key", k), ("value", v)):
         if x.device.type != "cuda":
             raise UnsupportedOperationError(
@@ -455,17 +452,17 @@ def hopper_attention_forward(
     import torch
 
     packed = cu_seqlens_q is not None or cu_seqlens_k is not None
-    _check(q, k, v, packed)
     cu_seqlens = None
     if packed:
         cu_q, cu_k, seqlen_q, seqlen_k = _packed_lengths(
             q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
         )
         cu_seqlens = (cu_q, cu_k)
+    _check(q, k, v, packed)
+    if packed:
         d = _Dims(cu_q.numel() - 1, q.shape[1], k.shape[1], seqlen_q, seqlen_k, q.shape[2])
     else:
         d = _Dims(q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3])
-    _check_device(q, k, v)
     if out is not None:
         _check_out(out, q)
     # Triton only past the checks; launch's stream context is the one xrt_flash uses.
