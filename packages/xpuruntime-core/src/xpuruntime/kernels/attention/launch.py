@@ -511,9 +511,10 @@ def _hopper_backward_unsupported(q: torch.Tensor, layout: Literal["bshd", "bhsd"
 
 def hopper_backward_plan(q: torch.Tensor, *, layout: Literal["bshd", "bhsd"]) -> tuple[bool, str]:
     """(whether :func:`hopper_backward` runs the Gluon Hopper backward on this query, how its
-    detail begins: which backward runs and why). The Gluon backward's fused path adds dQ with
-    float32 atomics; under ``torch.use_deterministic_algorithms`` it takes its deterministic
-    path instead (:func:`.hopper_bwd.choose_variant`)."""
+    detail begins: which backward runs and why). The Gluon backward runs its fused kernel (dQ
+    added with float32 atomics) or its deterministic kernels, per head size as measured
+    (:func:`.hopper_bwd.choose_variant`); under ``torch.use_deterministic_algorithms`` always
+    the deterministic ones."""
     reason = _hopper_backward_unsupported(q, layout)
     if reason:
         return False, f"backward: xrt_flash's Triton kernels ({reason})"
