@@ -6,10 +6,10 @@ kernel — ``xrt_flash_hopper``, the warp-specialised Gluon forward, on Hopper G
 runs; ``xrt_flash``, xpuruntime's Triton FlashAttention kernels; or, where a policy names it,
 ``xrt_flash_fp8``, their float8 (e4m3) forward for inference — and the call runs it. The
 backward of ``xrt_flash_hopper`` is the Gluon Hopper backward where it runs (head sizes 64
-and 128) and ``xrt_flash``'s Triton backward on the same log-sum-exp elsewhere; its decision
-says which ran and why. Inputs are PyTorch CUDA tensors (other DLPack producers are viewed
-as torch tensors); torch and Triton are imported on the first call, never by
-``import xpuruntime``.
+and 128, dense batches) and ``xrt_flash``'s Triton backward on the same log-sum-exp elsewhere
+(head size 256, packed sequences); its decision says which ran and why. Inputs are PyTorch
+CUDA tensors (other DLPack producers are viewed as torch tensors); torch and Triton are
+imported on the first call, never by ``import xpuruntime``.
 
 For training, :func:`xpuruntime.pytorch.ops.fused_attention` wraps these in a differentiable
 PyTorch custom op.
@@ -209,8 +209,9 @@ def attention(
     with ``return_lse=True`` also the float32 natural-log log-sum-exp of each query row,
     ``(batch, heads, seqlen_q)`` or ``(heads, total_q)`` for packed input. A policy pinning a
     kernel that cannot run the call raises :class:`UnsupportedOperationError` with the reason.
-    Without a policy, dense float16/bfloat16 calls on an H100/H200 run ``xrt_flash_hopper``
-    (head sizes 64, 128, 256) and the others ``xrt_flash``; the decision says which and why.
+    Without a policy, float16/bfloat16 calls (dense or packed) on an H100/H200 run
+    ``xrt_flash_hopper`` (head sizes 64, 128, 256) and the others ``xrt_flash``; the decision
+    says which and why.
     ``precision="fp8"`` (or ``KernelPolicy(attention="xrt_flash_fp8")``) computes in float8
     e4m3 on ``xrt_flash_fp8``, for inference: per-row query, per-block key and per-channel
     value scales, output in the inputs' dtype, no backward; where it cannot run, the call
@@ -229,10 +230,11 @@ def attention(
 
     kind = "thd" if is_varlen else layout
     handle = None if stream is None else stream_handle(stream)
-    if decision[1] == HOPPER_KERNEL:  # dense only: its support check refuses cu_seqlens
+    if decision[1] == HOPPER_KERNEL:
         out, lse, detail = launch.hopper_forward(
-            query, key, value, causal=causal, scale=scale, layout=layout, stream=handle
-        )
+            query, key, value, causal=causal, scale=scale, layout=kind, varlen=varlen,
+            stream=handle,
+        )  # fmt: skip
     elif decision[1] == FP8_KERNEL:
         from xpuruntime.kernels.attention import fp8
 
@@ -304,18 +306,19 @@ def attention_backward(
             "backward; train with attention='xrt_flash'"
         )
     handle = None if stream is None else stream_handle(stream)
-    if decision[1] == HOPPER_KERNEL:  # dense only: its support check refuses cu_seqlens
+    kind = "thd" if is_varlen else layout
+    if decision[1] == HOPPER_KERNEL:
         dq, dk, dv, detail = launch.hopper_backward(
             d_out, query, key, value, output, log_sum_exp, causal=causal, scale=scale,
-            layout=layout, stream=handle,
+            layout=kind, varlen=varlen, stream=handle,
         )  # fmt: skip
-        if not launch.hopper_backward_plan(query, layout=layout)[0]:
+        if not launch.hopper_backward_plan(query, layout=kind)[0]:
             # The decision names the kernel the policy chose; what ran is xrt_flash's backward.
             decision = (decision[0], decision[1], LIBRARY, *decision[3:])
     else:
         dq, dk, dv, detail = launch.backward(
             d_out, query, key, value, output, log_sum_exp, causal=causal, scale=scale,
-            layout="thd" if is_varlen else layout, varlen=varlen, stream=handle,
+            layout=kind, varlen=varlen, stream=handle,
         )  # fmt: skip
     note(decision, detail, record)
     return dq, dk, dv

@@ -51,6 +51,8 @@ _INT32_MAX = 2**31 - 1
 #: How :func:`hopper_backward`'s detail begins when the Gluon Hopper backward runs; the
 #: parenthesis after it says which of its paths runs and why (:func:`hopper_backward_plan`).
 HOPPER_BACKWARD = "backward: gluon hopper backward"
+#: Why packed sequences (cu_seqlens) take xrt_flash's backward after the Hopper forward.
+HOPPER_PACKED = "the Gluon Hopper backward takes dense batches only"
 
 
 @dataclass(frozen=True)
@@ -376,13 +378,15 @@ def hopper_forward(
     *,
     causal: bool,
     scale: float | None,
-    layout: Literal["bshd", "bhsd"],
+    layout: Layout,
+    varlen: Varlen | None = None,
     stream: int | None = None,
     out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, str]:
     """:func:`forward`'s contract on ``xrt_flash_hopper``, the Gluon Hopper forward
-    (:mod:`.hopper`): dense inputs only; the output allocated contiguous in the inputs' layout
-    unless ``out`` is given; the log-sum-exp :func:`backward` takes."""
+    (:mod:`.hopper`): dense or packed (``layout="thd"`` with ``varlen``) inputs; the output
+    allocated contiguous in the inputs' layout unless ``out`` is given; the log-sum-exp
+    :func:`backward` takes."""
 
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -390,9 +394,13 @@ def hopper_forward(
     def bhsd(x: torch.Tensor) -> torch.Tensor:  # the kernel's (batch, heads, seq, dim) view
         return x.transpose(1, 2) if layout == "bshd" else x
 
-    _, lse = hopper.hopper_attention_forward(
-        bhsd(q), bhsd(k), bhsd(v), causal=causal, scale=scale, stream=stream, out=bhsd(out)
-    )
+    _, lse = hopper.hopper_attention_forward(  # packed (total, heads, dim) rows as they are
+        bhsd(q), bhsd(k), bhsd(v), causal=causal, scale=scale, stream=stream, out=bhsd(out),
+        cu_seqlens_q=None if varlen is None else varlen.cu_seqlens_q,
+        cu_seqlens_k=None if varlen is None else varlen.cu_seqlens_k,
+        max_seqlen_q=None if varlen is None else varlen.max_seqlen_q,
+        max_seqlen_k=None if varlen is None else varlen.max_seqlen_k,
+    )  # fmt: skip
     detail = "gluon hopper forward (warp-specialised)"
     chosen = os.environ.get(hopper.VARIANT_ENV)  # else the kernel's default for the call
     return out, lse, detail + (f" variant {chosen} (from {hopper.VARIANT_ENV})" if chosen else "")
@@ -489,7 +497,7 @@ def backward(
     return dq, dk, dv, "triton backward " + detail
 
 
-def _hopper_backward_unsupported(q: torch.Tensor, layout: Literal["bshd", "bhsd"]) -> str:
+def _hopper_backward_unsupported(q: torch.Tensor, layout: Layout) -> str:
     """'' when the Gluon Hopper backward (:mod:`.hopper_bwd`) takes these inputs, else why not
     (its own checks, read before the launch so that the call can go to xrt_flash instead)."""
 
@@ -509,12 +517,14 @@ def _hopper_backward_unsupported(q: torch.Tensor, layout: Literal["bshd", "bhsd"
     return ""
 
 
-def hopper_backward_plan(q: torch.Tensor, *, layout: Literal["bshd", "bhsd"]) -> tuple[bool, str]:
+def hopper_backward_plan(q: torch.Tensor, *, layout: Layout) -> tuple[bool, str]:
     """(whether :func:`hopper_backward` runs the Gluon Hopper backward on this query, how its
     detail begins: which backward runs and why). The Gluon backward runs its fused kernel (dQ
     added with float32 atomics) or its deterministic kernels, per head size as measured
     (:func:`.hopper_bwd.choose_variant`); under ``torch.use_deterministic_algorithms`` always
     the deterministic ones."""
+    if layout == "thd":
+        return False, f"backward: xrt_flash's Triton kernels ({HOPPER_PACKED})"
     reason = _hopper_backward_unsupported(q, layout)
     if reason:
         return False, f"backward: xrt_flash's Triton kernels ({reason})"
@@ -550,17 +560,20 @@ def hopper_backward(
     *,
     causal: bool,
     scale: float | None,
-    layout: Literal["bshd", "bhsd"],
+    layout: Layout,
+    varlen: Varlen | None = None,
     stream: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, str]:
     """:func:`backward`'s contract after an ``xrt_flash_hopper`` forward: the Gluon Hopper
     backward (:mod:`.hopper_bwd`) where it takes the call, else xrt_flash's Triton backward
-    on the same log-sum-exp; the detail says which ran (:func:`hopper_backward_plan`)."""
+    on the same log-sum-exp (packed sequences, ``layout="thd"`` with ``varlen``, always);
+    the detail says which ran (:func:`hopper_backward_plan`)."""
     gluon, plan = hopper_backward_plan(q, layout=layout)
     if not gluon:
         dq, dk, dv, detail = backward(
-            grad_out, q, k, v, out, lse, causal=causal, scale=scale, layout=layout, stream=stream
-        )
+            grad_out, q, k, v, out, lse, causal=causal, scale=scale, layout=layout,
+            varlen=varlen, stream=stream,
+        )  # fmt: skip
         return dq, dk, dv, f"{plan}; {detail}"
 
     def bhsd(x: torch.Tensor) -> torch.Tensor:  # the kernel's (batch, heads, seq, dim) view
