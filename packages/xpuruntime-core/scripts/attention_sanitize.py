@@ -1,7 +1,8 @@
 """Small xrt_flash calls for compute-sanitizer (see attention_sanitize.sh): forward and backward
 over the kernels' edge cases (partial last blocks, causal diagonal, GQA/MQA, packed sequences
 with an empty one, both load paths); on sm_90 the same edge cases through xrt_flash_hopper's
-Gluon forward (every variant) and backward. Sizes are tiny: the sanitizer slows kernels ~100x."""
+Gluon forward (every variant; packed sequences through the automatic choice) and backward
+(its default and its deterministic path). Sizes are tiny: the sanitizer slows kernels ~100x."""
 
 from __future__ import annotations
 
@@ -62,11 +63,15 @@ def hopper(heads: int, kv_heads: int, seq_q: int, seq_k: int, dim: int, causal: 
     )
     for name in variant_names(dim):
         out, lse = hopper_attention_forward(q, k, v, causal=causal, variant=name)
-    grads = hopper_bwd.hopper_attention_backward(
-        torch.randn_like(out), q, k, v, out, lse, causal=causal
-    )
-    torch.cuda.synchronize()
-    assert all(torch.isfinite(t).all() for t in (out, *grads))
+    grad_out = torch.randn_like(out)
+    # Both backward paths the automatic choice can take: the head size's default (fused,
+    # float32 atomics on dQ, or the deterministic kernels) and the deterministic kernels.
+    for deterministic in (False, True):
+        grads = hopper_bwd.hopper_attention_backward(
+            grad_out, q, k, v, out, lse, causal=causal, deterministic=deterministic
+        )
+        torch.cuda.synchronize()
+        assert all(torch.isfinite(t).all() for t in (out, *grads))
 
 
 def main() -> None:
