@@ -172,9 +172,9 @@ class OpenVINOAdapter(EngineAdapter):
 
     def read_placement(self, built: Any, plan: BuildPlan, decisions: Decisions) -> None:
         found = _ov(plan.target)
-        have_nodes = record_nodes(built, plan.options["executed"], found, decisions)
+        graph = record_nodes(built, plan.options["executed"], found, decisions)
         if plan.precision == "int8":
-            check_int8(found, decisions, have_nodes)
+            check_int8(found, decisions, graph)
 
     def replay(self, plan: BuildPlan, entry: LockEntry, lock: EngineLock) -> None:
         self.lock = lock  # the blob is imported in build(), in place of compiling
