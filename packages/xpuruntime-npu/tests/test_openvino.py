@@ -397,6 +397,60 @@ def test_settings_openvino_has_no_switch_for_are_recorded_not_honoured(mlp, reco
     assert next(s for s in honoured.settings if s.name == "graph_optimization").honoured
 
 
+def _matmul_relu(path: Path, dtype: str) -> Path:
+    """x[4,16] -> MatMul -> Relu -> y[4,8], weights and tensors stored in ``dtype`` (no Add:
+    the CPU plugin's fused subgraphs refuse float64 inputs)."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "matmul_relu",
+        [helper.make_tensor_value_info("x", elem, [4, 16])],
+        [helper.make_tensor_value_info("y", elem, [4, 8])],
+        [numpy_helper.from_array(rng.standard_normal((16, 8)).astype(dtype), "w")],
+    )
+    return _save_graph(graph, path)
+
+
+@pytest.mark.parametrize("forced", [None, "absent", "present"])
+@pytest.mark.parametrize(("dtype", "stored"), [("float16", "fp16"), ("float64", "fp64")])
+def test_a_float_model_runs_in_f32_where_the_cpu_lacks_its_precision(
+    tmp_path, record, monkeypatch, dtype, stored, forced
+):
+    """Precision not set: a float16 model runs in fp16 where the CPU lists FP16. Elsewhere,
+    and for float64 (no OpenVINO device computes in it), the engine sets f32, the closest
+    there is, rather than leave the plugin's CPU-dependent default (bf16 on CPUs with
+    AVX512_BF16 or AMX), and the record says fp32 with the precision fallback. FP16 forced
+    absent or present runs either branch on any CPU; forced present on a CPU that lacks it,
+    the plugin compiles for what it can and the record follows its read-back."""
+    from xpuruntime.npu import openvino_backend
+
+    caps = _cpu_capabilities()
+    if forced is not None:
+        real = openvino_backend.capabilities
+        caps = [c for c in caps if c != "FP16"] + ["FP16"] * (forced == "present")
+        monkeypatch.setattr(
+            openvino_backend,
+            "capabilities",
+            lambda device: (
+                *(c for c in real(device) if c != "FP16"),
+                *(["FP16"] * (forced == "present")),
+            ),
+        )
+    session = _session(_matmul_relu(tmp_path / "m.onnx", dtype), record, fallback="allow")
+    ran = _compiled_hint(session)
+    assert record.precision.requested is None
+    assert record.precision.chosen == ran
+    if forced != "present" or "FP16" in _cpu_capabilities():
+        assert ran == ("fp16" if stored == "fp16" and "FP16" in caps else "fp32")
+    fell_back = [(f.requested, f.chosen) for f in record.fallbacks if f.what == "precision"]
+    assert fell_back == ([] if ran == stored else [(stored, ran)])
+    x = np.random.default_rng(1).standard_normal((4, 16)).astype(dtype)
+    assert np.isfinite(session.run({"x": x})["y"]).all()
+
+
 def test_num_threads_beyond_the_engine_s_range_is_a_policy_error(mlp, record):
     with pytest.raises(PolicyError, match="outside the range openvino takes"):
         _session(mlp, record, num_threads=2**31)

@@ -3,7 +3,7 @@ model: each one recorded as honoured or not (with the reason)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from xpuruntime.inference.settings import add_setting
@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 #: int8 comes from a quantized model, not a hint; tf32 and fp8 have no OpenVINO counterpart.
 PRECISION_HINTS = {"fp32": ("FP32", "f32"), "fp16": ("FP16", "f16"), "bf16": ("BF16", "bf16")}
 _HINT_TO_PRECISION = {hint: name for name, (_, hint) in PRECISION_HINTS.items()}
+#: Float precisions a model can be stored in; fp64 has no hint (no device lists an FP64
+#: capability), so an fp64 model gets the f32 one.
+_FLOATS = frozenset({*PRECISION_HINTS, "fp64"})
 _OPTION_KEYS = ("num_streams",)
 
 
@@ -40,6 +43,21 @@ def float_precisions(target: OpenVINOTarget) -> tuple[str, ...]:
     )
 
 
+def precision_hint(precision: str, listed: Collection[str]) -> str | None:
+    """The INFERENCE_PRECISION_HINT for a model the kit runs in ``precision`` on a device whose
+    OPTIMIZATION_CAPABILITIES are ``listed``: that precision where the device lists it; f32
+    for a float precision it does not list, fp64 included (f32 is the closest to it there
+    is, while the plugin's own default depends on the CPU: bf16 where it has AVX512_BF16 or
+    AMX, below an fp16 model's precision); none for int8, which the quantized model
+    carries. The compiled model's read-back says what was honoured (:func:`read_back`)."""
+    if precision not in _FLOATS:
+        return None
+    hint = PRECISION_HINTS.get(precision)
+    if hint is not None and hint[0] in listed:
+        return hint[1]
+    return PRECISION_HINTS["fp32"][1] if PRECISION_HINTS["fp32"][0] in listed else None
+
+
 def properties(
     policy: ExecutionPolicy, decisions: Decisions, target: OpenVINOTarget, precision: str
 ) -> dict[str, Any]:
@@ -54,11 +72,11 @@ def properties(
     )
     record = decisions.record
     per_device: dict[str, dict[str, Any]] = {}
-    hint = PRECISION_HINTS.get(precision)
     for kind in target.kinds:
         device = per_device.setdefault(kind, {})
-        if hint is not None and hint[0] in openvino_backend.capabilities(kind):
-            device["INFERENCE_PRECISION_HINT"] = hint[1]
+        hint = precision_hint(precision, openvino_backend.capabilities(kind))
+        if hint is not None:
+            device["INFERENCE_PRECISION_HINT"] = hint
         if policy.num_threads is not None:
             device["INFERENCE_NUM_THREADS"] = policy.num_threads
     props: dict[str, Any] = {"PERFORMANCE_HINT": policy.performance_hint.upper()}
@@ -152,23 +170,57 @@ def read_back(
             threads == policy.num_threads,
             "" if threads is not None else f"{target.compile_device} does not report it",
         )
-    _check_precision(read("INFERENCE_PRECISION_HINT"), decisions, target, precision)
+    _check_precision(
+        read("INFERENCE_PRECISION_HINT"), props, executed, decisions, target, precision
+    )
     _check_devices(executed, decisions, target)
     return executed
 
 
+def _hints_set(props: Mapping[str, Any], executed: list[str]) -> dict[str, str]:
+    """INFERENCE_PRECISION_HINT as set for each executing device (AUTO: its
+    DEVICE_PROPERTIES); a device given none is left out."""
+    per_device = props.get("DEVICE_PROPERTIES")
+    if not isinstance(per_device, Mapping):
+        hint = props.get("INFERENCE_PRECISION_HINT")
+        return {} if hint is None else {d: str(hint) for d in executed}
+    hints = {
+        d: per_device.get(d.split(".")[0], {}).get("INFERENCE_PRECISION_HINT") for d in executed
+    }
+    return {d: str(h) for d, h in hints.items() if h is not None}
+
+
 def _check_precision(
-    hint: Any, decisions: Decisions, target: OpenVINOTarget, precision: str
+    hint: Any,
+    props: Mapping[str, Any],
+    executed: list[str],
+    decisions: Decisions,
+    target: OpenVINOTarget,
+    precision: str,
 ) -> None:
     """The float precision the compiled model reports against the kit's choice."""
     record = decisions.record
     requested = record.precision.requested if record.precision else decisions.policy.precision
-    if precision not in PRECISION_HINTS:
+    if precision not in _FLOATS:
         return  # int8: decided from the runtime graph (openvino_placement.check_int8)
-    if hint is None:  # AUTO does not report its devices' hints back
-        record.precision = Choice(
-            requested, precision, "set through DEVICE_PROPERTIES; AUTO does not report it back"
+    listed = {k: list(openvino_backend.capabilities(k)) for k in target.kinds}
+    asked = _hints_set(props, executed)
+    silent = f"{target.compile_device} does not report INFERENCE_PRECISION_HINT back"
+    if hint is None:  # AUTO does not report its devices' hints: what was set, said so
+        ran_on = sorted({precision_of(h) for h in asked.values()})
+        if ran_on == [precision] and len(asked) == len(executed):
+            record.precision = Choice(requested, precision, f"set for {executed}; {silent}")
+            return
+        reason = (
+            f"INFERENCE_PRECISION_HINT set for the executing devices: {asked or 'none'}; "
+            f"{silent} (OPTIMIZATION_CAPABILITIES: {listed})"
         )
+        if len(asked) < len(executed):  # a device with none computes in its plugin's default
+            record.precision = Choice(requested, "unknown", reason)
+            return
+        chosen = "/".join(ran_on)
+        decisions.fallback(what="precision", requested=precision, chosen=chosen, reason=reason)
+        record.precision = Choice(requested, chosen, reason)
         return
     ran = precision_of(hint)
     # The row answers the user's request (a precision fallback the kit already recorded
@@ -179,9 +231,11 @@ def _check_precision(
         if record.precision is None:  # an OpenVINO IR model: the kit leaves it to the engine
             record.precision = Choice(requested, ran, "INFERENCE_PRECISION_HINT read back")
         return
-    listed = {k: list(openvino_backend.capabilities(k)) for k in target.kinds}
+    set_to = sorted({precision_of(h) for h in asked.values()})
+    why = f" (it computes in no {precision})" if set_to and set_to != [precision] else ""
     reason = (
-        f"{target.compile_device} compiled for {ran} (INFERENCE_PRECISION_HINT read back; "
+        f"{target.compile_device} compiled for {ran} (INFERENCE_PRECISION_HINT "
+        f"{'/'.join(set_to) + ' set' + why if set_to else 'not set'}, {ran} read back; "
         f"OPTIMIZATION_CAPABILITIES: {listed})"
     )
     decisions.fallback(what="precision", requested=precision, chosen=ran, reason=reason)
