@@ -447,7 +447,11 @@ def test_record_names_the_engine_nodes_of_each_trained_op(name: str, bundles: Pa
         assert all("decomposition" in s.applied and "(Attention)" not in s.applied
                    for s in attention)  # fmt: skip
     else:
-        assert all("(Attention)" in s.applied for s in attention)
+        # The standard node exactly where the export's probes found every installed engine
+        # running it correctly (recorded in the bundle); the decomposed bundle above forces
+        # the other branch on any machine.
+        standard = _manifest(bundle)["export"]["forms"]["attention"].startswith("standard")
+        assert all(("(Attention)" in s.applied) == standard for s in attention)
     # ONNX Runtime names its nodes after the model's: each op's nodes are found.
     assert all(s.note.startswith("onnxruntime runs them as") for s in settings.values())
     assert "no attention nodes" not in session.explain(width=200)
@@ -524,6 +528,28 @@ def test_forms_follow_what_every_engine_runs() -> None:
     assert forms.opset == 18
     assert not any(forms.standard(f) for f in STANDARD_OPS)
     assert "no engine was installed to ask" in forms.describe("layernorm")
+
+
+@pytest.mark.skipif(not HAS_OPENVINO, reason="OpenVINO is not installed here")
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+@pytest.mark.parametrize("forced", [None, ("FP32", "BF16"), ("FP32", "FP16", "BF16"), ("FP32",)])
+def test_openvino_probes_compile_as_the_engine_serves(dtype: str, forced: Any) -> None:
+    """The export probes OpenVINO under the precision hint its engine sets for a model of
+    that dtype, not under the plugin's CPU-dependent default: on this CPU's capabilities
+    and on forced ones (with FP16, without, without BF16)."""
+    import openvino
+
+    from xpuruntime.npu.engines.openvino_settings import precision_hint
+    from xpuruntime.pytorch.onnx_forms import openvino_hint, probe_engines
+
+    listed = forced or tuple(
+        str(c) for c in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    )
+    stored = {"float32": "fp32", "float16": "fp16", "float64": "fp64"}[dtype]
+    assert openvino_hint(dtype, listed) == precision_hint(stored, listed)
+    if forced is None:
+        (probe,) = [p for p in probe_engines(dtype) if p.engine == "openvino"]
+        assert probe.version.endswith(f"INFERENCE_PRECISION_HINT={openvino_hint(dtype, listed)}")
 
 
 def test_a_pin_on_a_decomposed_op_is_not_honoured_by_absence(bundles: Path) -> None:

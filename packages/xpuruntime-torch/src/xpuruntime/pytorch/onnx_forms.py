@@ -5,7 +5,8 @@ The standard ops (opset 23's ``Attention`` and ``RMSNormalization``, opset 17's
 fused kernel. An engine that does not implement one would refuse the whole model, so the
 choice is made from what the installed engines accept: each standard op is built as a
 one-node model, run on every installed engine (ONNX Runtime's CPU provider, and its CUDA
-provider where present; OpenVINO's CPU device) and compared with a NumPy reference. An op
+provider where present; OpenVINO's CPU device, under the precision hint xpuruntime's
+OpenVINO engine sets for the model's dtype) and compared with a NumPy reference. An op
 becomes the standard node only when every engine runs it correctly, a decomposition into
 basic ONNX ops otherwise; the export's opset is 23 when every engine loads opset-23 models,
 18 otherwise; with no engine installed every op is decomposed. The answers are cached per
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import msgspec
@@ -27,6 +28,7 @@ __all__ = [
     "EngineProbe",
     "Forms",
     "choose_forms",
+    "openvino_hint",
     "optimise",
     "probe_engines",
 ]
@@ -184,16 +186,32 @@ def _onnxruntime(provider: str) -> Runner:
     return run
 
 
-def _openvino(model: bytes, feeds: dict[str, np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
-    import openvino
+def openvino_hint(dtype: str, listed: Collection[str]) -> str:
+    """The INFERENCE_PRECISION_HINT xpuruntime's OpenVINO engine compiles a ``dtype`` model
+    with on a CPU whose OPTIMIZATION_CAPABILITIES are ``listed`` (the engine's
+    ``openvino_settings.precision_hint``): f16 for float16 where the CPU lists FP16, f32
+    otherwise. Left unset, the plugin's own default decides, and it is bf16 on CPUs with
+    AVX512_BF16 or AMX: a probe would then fail a float32 op for the CPU's default
+    precision, not for how the engine implements the op."""
+    return "f16" if dtype == "float16" and "FP16" in listed else "f32"
 
-    core = openvino.Core()
-    compiled = core.compile_model(core.read_model(model, b""), "CPU")
-    return np.asarray(compiled(feeds)[0])
+
+def _openvino(hint: str) -> Runner:
+    def run(model: bytes, feeds: dict[str, np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
+        import openvino
+
+        core = openvino.Core()
+        compiled = core.compile_model(
+            core.read_model(model, b""), "CPU", {"INFERENCE_PRECISION_HINT": hint}
+        )
+        return np.asarray(compiled(feeds)[0])
+
+    return run
 
 
-def _engines() -> list[tuple[str, str, Runner]]:
-    """(engine, version, runner) of every installed engine the bundle may be served on."""
+def _engines(dtype: str) -> list[tuple[str, str, Runner]]:
+    """(engine, version, runner) of every installed engine the bundle may be served on, for
+    a ``dtype`` model (OpenVINO's version names the precision hint it was probed under)."""
     found: list[tuple[str, str, Runner]] = []
     if importlib.util.find_spec("onnxruntime") is not None:
         import onnxruntime
@@ -208,7 +226,15 @@ def _engines() -> list[tuple[str, str, Runner]]:
     if importlib.util.find_spec("openvino") is not None:
         import openvino
 
-        found.append(("openvino", openvino.__version__, _openvino))
+        listed = openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+        hint = openvino_hint(dtype, [str(c) for c in listed])
+        found.append(
+            (
+                "openvino",
+                f"{openvino.__version__} CPU INFERENCE_PRECISION_HINT={hint}",
+                _openvino(hint),
+            )
+        )
     return found
 
 
@@ -238,10 +264,11 @@ PROBED_DTYPES = ("float32", "float16", "float64")
 def probe_engines(dtype: str = "float32") -> tuple[EngineProbe, ...]:
     """Every installed engine's answer for every standard op in ``dtype`` (cached per
     process)."""
-    cases = _cases(dtype if dtype in PROBED_DTYPES else "float32")
+    probed = dtype if dtype in PROBED_DTYPES else "float32"
+    cases = _cases(probed)
     return tuple(
         EngineProbe(name, version, {op_type: _answer(run, case) for op_type, case in cases.items()})
-        for name, version, run in _engines()
+        for name, version, run in _engines(probed)
     )
 
 
