@@ -168,8 +168,17 @@ def test_pinned_xrt_flash_keeps_the_triton_forward_on_hopper() -> None:
 
 
 @needs_sm90
-def test_explain_names_the_hopper_forward_and_backward_kernels() -> None:
-    q, k, v = _qkv()
+@pytest.mark.parametrize(
+    ("dim", "backward"),
+    [
+        (64, {"_xrt_attn_bwd_fused_hopper", "_xrt_attn_bwd_dq_convert_hopper"}),  # fused default
+        (128, {"_xrt_attn_bwd_dkdv_hopper", "_xrt_attn_bwd_dq_hopper"}),  # deterministic default
+    ],
+)
+def test_explain_names_the_hopper_forward_and_backward_kernels(
+    dim: int, backward: set[str]
+) -> None:
+    q, k, v = _qkv(dim=dim)
 
     def step() -> None:
         fused_attention(q, k, v, is_causal=True, enable_gqa=True).sum().backward()
@@ -184,8 +193,7 @@ def test_explain_names_the_hopper_forward_and_backward_kernels() -> None:
     assert by_library.get("xrt_attention_hopper") == {
         "_xrt_attn_fwd_hopper",
         "_xrt_attn_bwd_prep_hopper",
-        "_xrt_attn_bwd_dkdv_hopper",
-        "_xrt_attn_bwd_dq_hopper",
+        *backward,
     }, by_library
     assert "xrt_attention" not in by_library  # no Triton kernel ran
     assert not set(by_library) & {"flash_attention", "efficient_attention", "cudnn_attention"}

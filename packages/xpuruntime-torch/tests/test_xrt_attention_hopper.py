@@ -168,10 +168,12 @@ def test_compiles_as_one_graph() -> None:
 
 
 def test_explain_maps_the_hopper_kernels_to_their_own_library() -> None:
-    # The Gluon forward and backward kernels, then xrt_flash's Triton ones (which the Hopper
-    # backward runs at head size 256): the names tell the libraries apart.
+    # The Gluon forward and backward kernels (both backward paths: deterministic and fused),
+    # then xrt_flash's Triton ones (which the Hopper backward runs at head size 256 and for
+    # packed sequences): the names tell the libraries apart.
     hopper = ("_xrt_attn_fwd_hopper", "_xrt_attn_bwd_prep_hopper", "_xrt_attn_bwd_dkdv_hopper")
-    for name in (*hopper, "_xrt_attn_bwd_dq_hopper"):
+    fused = ("_xrt_attn_bwd_fused_hopper", "_xrt_attn_bwd_dq_convert_hopper")
+    for name in (*hopper, "_xrt_attn_bwd_dq_hopper", *fused):
         assert kernel_library(name, "attention") == "xrt_attention_hopper", name
     for name in ("_xrt_attn_fwd", "_xrt_attn_bwd_delta", "_xrt_attn_bwd_dkdv", "_xrt_attn_bwd_dq"):
         assert kernel_library(name, "attention") == "xrt_attention", name

@@ -17,6 +17,8 @@ _LIBRARY_MARKERS: tuple[tuple[str, str], ...] = (
     ("_xrt_attn_bwd_prep_hopper", "xrt_attention_hopper"),
     ("_xrt_attn_bwd_dkdv_hopper", "xrt_attention_hopper"),
     ("_xrt_attn_bwd_dq_hopper", "xrt_attention_hopper"),
+    ("_xrt_attn_bwd_fused_hopper", "xrt_attention_hopper"),
+    ("_xrt_attn_bwd_dq_convert_hopper", "xrt_attention_hopper"),
     ("_xrt_attn", "xrt_attention"),
     ("flash", "flash_attention"),
     ("fmha_cutlass", "efficient_attention"),
