@@ -25,6 +25,12 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch", reason="training parity needs PyTorch (backends-torch-cpu)")
+# torch alone is not enough: a session that built the wheels holds torch without them.
+pytest.importorskip(
+    "xpuruntime.pytorch",
+    reason="training parity needs xpuruntime-torch (backends-torch-cpu)",
+    exc_type=ImportError,
+)
 ort = pytest.importorskip("onnxruntime", reason="training parity needs ONNX Runtime")
 
 import onnx  # noqa: E402
