@@ -128,9 +128,12 @@ def bench_torch_ops(device: str, calls: int) -> list[dict[str, Any]]:
     r = torch.randn(8, 1024, device=device, dtype=dtype)
     w = torch.randn(1024, device=device, dtype=dtype)
     b = torch.randn(1024, device=device, dtype=dtype)
-    q = torch.randn(1, 16, 64, 64, device=device, dtype=dtype)
-    # On the CPU the core's reference GEMM would be the whole cost: a tiny GEMM there is the
-    # overhead proxy (as bench_cpu's 4x4), the GPU keeps the shape.
+    # On the CPU the core's reference GEMM, and PyTorch's CPU attention at the shape,
+    # would be the whole cost: tiny shapes there are the overhead proxy (as bench_cpu's 4x4),
+    # the GPU keeps the shapes.
+    heads, seq, head_dim = (16, 64, 64) if device == "cuda" else (1, 4, 8)
+    q = torch.randn(1, heads, seq, head_dim, device=device, dtype=dtype)
+    attention = f"attention 1x{heads}x{seq}x{head_dim}"
     m, k = (16, 1024) if device == "cuda" else (4, 16)
     a = torch.randn(m, k, device=device, dtype=dtype)
     lw = torch.randn(k, k, device=device, dtype=dtype)
@@ -147,10 +150,15 @@ def bench_torch_ops(device: str, calls: int) -> list[dict[str, Any]]:
         ("add+rmsnorm 8x1024", {"rmsnorm": "xrt"},
          lambda x, r, w: ops.fused_add_rmsnorm(x, r, 1024, w, 1e-6),
          lambda x, r, w: F.rms_norm(x + r, [1024], w, 1e-6), (x, r, w)),
-        ("attention 1x16x64x64 flash pinned", {"attention": "flash_v2"},
+        (f"{attention} flash pinned", {"attention": "flash_v2"},
          lambda q: ops.fused_attention(q, q, q),
          lambda q: F.scaled_dot_product_attention(q, q, q), (q,)),
-        ("attention 1x16x64x64 efficient pinned", {"attention": "efficient"},
+        (f"{attention} efficient pinned", {"attention": "efficient"},
+         lambda q: ops.fused_attention(q, q, q),
+         lambda q: F.scaled_dot_product_attention(q, q, q), (q,)),
+        # No attention entry: PyTorch's own selection, the same ATen call as SDPA's (on the
+        # CPU the one attention case: flash_v2 and efficient are CUDA backends).
+        (f"{attention} PyTorch's choice", {},
          lambda q: ops.fused_attention(q, q, q),
          lambda q: F.scaled_dot_product_attention(q, q, q), (q,)),
         (f"linear+gelu {m}x{k}x{k}", {"linear": "cublasLt" if device == "cuda" else "cpu"},
@@ -159,8 +167,8 @@ def bench_torch_ops(device: str, calls: int) -> list[dict[str, Any]]:
     ]  # fmt: skip
     rows = []
     for name, entries, ours, peer, args in cases:
-        if device == "cpu" and name.startswith("attention"):
-            continue  # flash_v2 and efficient are CUDA backends
+        if device == "cpu" and name.endswith("pinned"):
+            continue
         with xrt_torch.kernel_policy(**entries):
             for grad in (False, True):
                 tensors = tuple(t.detach().requires_grad_(grad) for t in args)

@@ -10,9 +10,12 @@
 // PyTorch's own check (torch.backends.cuda.can_use_*), asked once per call signature, and the
 // decision record and the fallback rule live there. So the eager entry points take what
 // that layer resolved: attention_decided on the first call of its kind, which it remembers
-// per (policy state, call signature), attention_fast on the calls after it (the checks that
-// nothing intercepts the call, whether it needs grad, and one lookup, all here: no Python
-// runs between the user's call and the entry point). The dispatcher's kernels, which
+// per (policy state, call signature), and the calls after it never reach Python:
+// xpuruntime.pytorch.ops.fused_attention is itself a C function here (attention_entry: the
+// checks that nothing intercepts the call, whether it needs grad, and one lookup, then the
+// kernel), whose slow path for every other call is the policy layer's Python function (which
+// torch.compile traces in its place, registered there with substitute_in_graph). Nothing
+// in Python runs between the user's call and the entry point. The dispatcher's kernels, which
 // see only the requested (kernel, mode), ask the policy layer's hook, and hand the kernels
 // that are not an entry point (math, PyTorch's own choice) back to it. The fake kernels are
 // Python's too (torch.library.register_fake): the results' layouts depend on the device,
@@ -26,6 +29,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/PythonTorchFunctionTLS.h>
+#include <c10/util/SmallVector.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -331,15 +335,17 @@ Saved attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v, cons
   return {r[0], r[1], r[2], r[3]};
 }
 
-// --- The eager entry points ---------------------------------------------------------------------
+// --- The eager entry point -----------------------------------------------------------------------
 
 // The eager path's choices: call signature -> what serves it, for the policy state in effect
 // (the Python layer's State object: a new policy or scope starts afresh, so that its first
 // call decides and records). The request (kernel, mode) is not part of the signature: the
 // state and the signature determine it (the policy's entry, the lockfile's answer for the
 // signature, a refusal's fallback). Read and written with the GIL held.
+using Signature = c10::SmallVector<int64_t, 64>;  // four 4-D tensors fit without allocating
+
 struct SignatureHash {
-  size_t operator()(const std::vector<int64_t>& key) const {
+  size_t operator()(const Signature& key) const {
     size_t h = key.size();
     for (int64_t v : key) {
       h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
@@ -347,47 +353,44 @@ struct SignatureHash {
     return h;
   }
 };
-std::unordered_map<std::vector<int64_t>, int64_t, SignatureHash>* choices = nullptr;
-py::object* choices_state = nullptr;
+using Choices = std::unordered_map<Signature, int64_t, SignatureHash>;
+Choices* choices = nullptr;
+PyObject* choices_state = nullptr;  // a strong reference: its identity keys `choices`
 
 // PyTorch's own SDPA selection (no policy entry): served by at::scaled_dot_product_attention.
 constexpr int64_t kSdpa = -2;
 
-void add_meta(std::vector<int64_t>& key, const Tensor& t) {
+void add_meta(Signature& key, const Tensor& t) {
   key.push_back(t.dim());
-  key.insert(key.end(), t.sizes().begin(), t.sizes().end());
-  key.insert(key.end(), t.strides().begin(), t.strides().end());
+  key.append(t.sizes().begin(), t.sizes().end());
+  key.append(t.strides().begin(), t.strides().end());
   key.push_back(static_cast<int64_t>(t.scalar_type()));
   key.push_back(static_cast<int64_t>(t.device().type()));
   key.push_back(t.device().index());
 }
 
 // The choices of `state`, emptied when the state in effect changed.
-std::unordered_map<std::vector<int64_t>, int64_t, SignatureHash>& choices_of(
-    const py::object& state) {
-  if (choices == nullptr) {  // live for the process
-    choices = new std::unordered_map<std::vector<int64_t>, int64_t, SignatureHash>();
-    choices_state = new py::object();
-  }
-  if (!choices_state->is(state)) {
+Choices& choices_of(PyObject* state) {
+  if (choices == nullptr) choices = new Choices();  // lives for the process
+  if (choices_state != state) {
     choices->clear();
-    *choices_state = state;
+    Py_INCREF(state);
+    Py_XSETREF(choices_state, state);
   }
   return *choices;
 }
 
 // What the choice depends on (PyTorch's checks read shapes, strides, dtypes, the device, the
-// mask's layout, dropout, causality and the scale); none of it allocates beyond the key.
-std::vector<int64_t> signature(const Tensor& q, const Tensor& k, const Tensor& v,
-                               const OptTensor& mask, double dropout_p, bool is_causal,
-                               std::optional<double> scale, bool needs_grad) {
-  std::vector<int64_t> key;
-  key.reserve(48);
+// mask's layout, dropout, causality and the scale).
+Signature signature(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& mask,
+                    double dropout_p, bool is_causal, std::optional<double> scale,
+                    bool needs_grad) {
+  Signature key;
   for (const Tensor* t : {&q, &k, &v}) add_meta(key, *t);
   if (mask && mask->defined()) add_meta(key, *mask);
   int64_t scale_bits = -1;
   if (scale) std::memcpy(&scale_bits, &*scale, sizeof scale_bits);
-  key.insert(key.end(), {dropout_p > 0.0, is_causal, scale.has_value(), scale_bits, needs_grad});
+  key.append({dropout_p > 0.0, is_causal, scale.has_value(), scale_bits, needs_grad});
   return key;
 }
 
@@ -427,61 +430,97 @@ bool number(PyObject* object, double& value) {
   return !(value == -1.0 && PyErr_Occurred());
 }
 
-// fused_attention's eager fast path, attention_fast(state, query, key, value, attn_mask,
-// dropout_p, is_causal, scale, enable_gqa): a call on plain tensors that nothing intercepts,
-// whose kind `state` decided before (attention_decided), runs here with no Python in between;
-// the rest (None) goes through the policy layer. A CPython vectorcall function rather than a
-// pybind11 one: argument conversion is most of what this path costs beyond the kernel's own
-// launch, and here it is a few pointer checks.
-PyObject* attention_fast(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+// query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
+constexpr Py_ssize_t kParameters = 8;
+
+// fused_attention as Python sees it: a C function (no Python frame on the path a decided call
+// takes), the Python policy layer's function its slow path. Set once by attention_entry.
+struct CFunction {
+  PyObject* slow;                 // the Python function: every call this path does not serve
+  PyObject* state_module;         // the namespace holding the policy state in effect ...
+  PyObject* state_name;           // ... under this name (None until a first call makes it)
+  PyObject* names[kParameters];   // the parameters' names (interned), for keyword arguments
+  std::string doc;                // the function's text signature and docstring (ml_doc)
+  PyMethodDef def;
+};
+CFunction* c_function = nullptr;
+
+// The output of a call that a decided call signature serves (a new reference); nullptr with
+// an error set; nullptr without one for every other call (the slow path's). Binds arguments
+// as Python would, leaving anything unusual (an unknown or repeated keyword, a missing
+// argument) to the slow path, which raises Python's own error.
+PyObject* fast_output(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   HANDLE_TH_ERRORS
-  if (nargs != 9) {
-    PyErr_SetString(PyExc_TypeError, "attention_fast takes 9 positional arguments");
+  if (nargs > kParameters) return nullptr;
+  PyObject* bound[kParameters] = {nullptr};
+  std::copy(args, args + nargs, bound);
+  const Py_ssize_t keywords = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  for (Py_ssize_t i = 0; i < keywords; ++i) {
+    PyObject* const name = PyTuple_GET_ITEM(kwnames, i);
+    Py_ssize_t at = nargs;  // keyword names are interned by the compiler: identity first
+    while (at < kParameters && c_function->names[at] != name) ++at;
+    if (at == kParameters) {
+      at = nargs;
+      while (at < kParameters && PyUnicode_Compare(c_function->names[at], name) != 0) ++at;
+      if (PyErr_Occurred()) PyErr_Clear();
+    }
+    if (at == kParameters || bound[at] != nullptr) return nullptr;
+    bound[at] = args[nargs + i];
+  }
+  PyObject* const query = bound[0];
+  PyObject* const key = bound[1];
+  PyObject* const value = bound[2];
+  PyObject* const attn_mask = bound[3];
+  const bool masked = attn_mask != nullptr && attn_mask != Py_None;
+  if (query == nullptr || key == nullptr || value == nullptr || !THPVariable_CheckExact(query) ||
+      !THPVariable_CheckExact(key) || !THPVariable_CheckExact(value) ||
+      (masked && !THPVariable_CheckExact(attn_mask)) || intercepted()) {
     return nullptr;
   }
-  PyObject* const query = args[1];
-  PyObject* const key = args[2];
-  PyObject* const value = args[3];
-  PyObject* const attn_mask = args[4];
-  const bool masked = attn_mask != Py_None;
-  if (!THPVariable_CheckExact(query) || !THPVariable_CheckExact(key) ||
-      !THPVariable_CheckExact(value) || (masked && !THPVariable_CheckExact(attn_mask)) ||
-      intercepted()) {
-    Py_RETURN_NONE;
-  }
+  // The policy state in effect (a module global of the policy layer; None before first use).
+  PyObject* const state =
+      PyDict_GetItemWithError(c_function->state_module, c_function->state_name);
+  if (state == nullptr || state == Py_None) return nullptr;
   double dropout_p = 0.0;
-  if (!number(args[5], dropout_p)) return nullptr;
-  const int is_causal = PyObject_IsTrue(args[6]);
-  const int enable_gqa = PyObject_IsTrue(args[8]);
+  if (bound[4] != nullptr && !number(bound[4], dropout_p)) return nullptr;
+  const int is_causal = bound[5] == nullptr ? 0 : PyObject_IsTrue(bound[5]);
+  const int enable_gqa = bound[7] == nullptr ? 0 : PyObject_IsTrue(bound[7]);
   if (is_causal < 0 || enable_gqa < 0) return nullptr;
   std::optional<double> scale;
-  if (args[7] != Py_None) {
+  if (bound[6] != nullptr && bound[6] != Py_None) {
     double given = 0.0;
-    if (!number(args[7], given)) return nullptr;
+    if (!number(bound[6], given)) return nullptr;
     scale = given;
   }
-  const Tensor& q = THPVariable_Unpack(query);
-  const Tensor& k = THPVariable_Unpack(key);
-  const Tensor& v = THPVariable_Unpack(value);
+  // Owning references, taken with the GIL held (as PyTorch's own bindings take theirs): a
+  // tensor that only its Python object owns has the kernels' first reference to it keep that
+  // object alive, which takes the GIL, so without these every copy a kernel makes would.
+  const Tensor q = THPVariable_Unpack(query);
+  const Tensor k = THPVariable_Unpack(key);
+  const Tensor v = THPVariable_Unpack(value);
   // Grouped key/value heads: the policy layer repeats them (as SDPA's enable_gqa does).
-  if (enable_gqa && (q.dim() < 3 || k.dim() < 3 || k.size(-3) != q.size(-3))) Py_RETURN_NONE;
+  if (enable_gqa && (q.dim() < 3 || k.dim() < 3 || k.size(-3) != q.size(-3))) return nullptr;
   const OptTensor mask = masked ? OptTensor(THPVariable_Unpack(attn_mask)) : std::nullopt;
   const bool needs_grad = at::GradMode::is_enabled() &&
                           (q.requires_grad() || k.requires_grad() || v.requires_grad());
-  auto& known = choices_of(py::reinterpret_borrow<py::object>(args[0]));
+  const Choices& known = choices_of(state);
   const auto found =
       known.find(signature(q, k, v, mask, dropout_p, is_causal != 0, scale, needs_grad));
-  if (found == known.end()) Py_RETURN_NONE;
+  if (found == known.end()) return nullptr;
   return THPVariable_Wrap(eager_output(found->second, q, k, v, mask, dropout_p, is_causal != 0,
                                        scale, needs_grad));
   END_HANDLE_TH_ERRORS
 }
 
-PyMethodDef attention_fast_def = {
-    "attention_fast", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&attention_fast)),
-    METH_FASTCALL,
-    "Eager fused_attention on plain tensors decided before under this policy state: the "
-    "output, else None."};
+// The C function: the fast path's output, else (a miss, its argument errors included) the slow
+// path with the arguments as given. The slow path is outside the fast path's error and
+// warning handling: PyTorch's warnings reach Python there as they would from a Python caller.
+PyObject* fused_attention_entry(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs,
+                                PyObject* kwnames) {
+  PyObject* const out = fast_output(args, nargs, kwnames);
+  if (out != nullptr || PyErr_Occurred()) return out;
+  return PyObject_Vectorcall(c_function->slow, args, nargs, kwnames);
+}
 
 // The first call of its kind, decided (and recorded) by the policy layer under `state`: what
 // serves it (`code`: an entry point, or kSdpa) remembered, then run.
@@ -489,8 +528,34 @@ Tensor attention_decided(const py::object& state, const Tensor& q, const Tensor&
                          const Tensor& v, const OptTensor& mask, double dropout_p,
                          bool is_causal, std::optional<double> scale, bool needs_grad,
                          int64_t code) {
-  choices_of(state)[signature(q, k, v, mask, dropout_p, is_causal, scale, needs_grad)] = code;
+  choices_of(state.ptr())[signature(q, k, v, mask, dropout_p, is_causal, scale, needs_grad)] =
+      code;
   return eager_output(code, q, k, v, mask, dropout_p, is_causal, scale, needs_grad);
+}
+
+// fused_attention's C function over `slow` (the Python function with the same parameters),
+// reading the policy state in effect as `state_module[state_name]`; `doc` starts with the
+// text signature (inspect.signature reads it). Made once.
+py::object attention_entry(py::function slow, py::dict state_module, py::str state_name,
+                           const std::vector<std::string>& names, const std::string& doc) {
+  TORCH_CHECK(c_function == nullptr, "fused_attention's C function is made once");
+  TORCH_CHECK_VALUE(static_cast<Py_ssize_t>(names.size()) == kParameters,
+                    "fused_attention takes ", kParameters, " parameters, got ", names.size());
+  const py::object module_name = py::getattr(slow, "__module__");
+  c_function = new CFunction();  // lives for the process
+  c_function->slow = slow.release().ptr();
+  c_function->state_module = state_module.release().ptr();
+  c_function->state_name = state_name.release().ptr();
+  for (Py_ssize_t i = 0; i < kParameters; ++i) {
+    c_function->names[i] = PyUnicode_InternFromString(names[i].c_str());
+  }
+  c_function->doc = doc;
+  c_function->def = {
+      "fused_attention",
+      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fused_attention_entry)),
+      METH_FASTCALL | METH_KEYWORDS, c_function->doc.c_str()};
+  return py::reinterpret_steal<py::object>(
+      PyCFunction_NewEx(&c_function->def, nullptr, module_name.ptr()));
 }
 
 }  // namespace
@@ -534,8 +599,8 @@ void bind_attention_ops(py::module_& module) {
       "The policy layer's choose(record, kernel, mode, query, key, value, attn_mask, "
       "dropout_p, is_causal, scale, needs_grad) -> kernel, and the forward and backward of "
       "the kernels that are not an ATen entry point.");
-  module.add_object("attention_fast", py::reinterpret_steal<py::object>(PyCFunction_NewEx(
-                                          &attention_fast_def, nullptr, module.attr("__name__").ptr())));
+  module.def("attention_entry", &attention_entry,
+             "fused_attention as a C function over its Python slow path (see csrc/).");
   module.def("attention_decided", &attention_decided,
              "Eager fused_attention on what the policy layer just decided (an entry point or "
              "ATTENTION_SDPA): remembered for this policy state, then run.");

@@ -1,19 +1,30 @@
 """fused_attention's native op on PyTorch's CPU flash kernel (the backend a lock replays on a
 CPU): the C++ kernels and autograd node, opcheck, torch.compile, and the eager fast path
-with its decision record."""
+with its decision record; fused_attention itself as a C function (Python's signature and
+argument errors, a decided call that runs no Python, and the tracers — dynamo, export,
+make_fx — that see the Python function or the op in its place)."""
 
 from __future__ import annotations
 
+import inspect
+import pickle
+import subprocess
+import sys
+import textwrap
+import types
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import xpuruntime.pytorch as xrt_torch
 from xpuruntime.policies import ExecutionPolicy
-from xpuruntime.pytorch.ops import fused_attention
+from xpuruntime.pytorch.ops import attention, fused_attention
 
 LOCKED = ("flash_v2", "locked")
 
@@ -147,3 +158,161 @@ def test_eager_fast_path_yields_to_what_intercepts_the_call() -> None:
         torch.testing.assert_close(out.as_subclass(torch.Tensor), expected)
         batched = torch.func.vmap(lambda t: fused_attention(t, t, t))(q.unsqueeze(0))
         torch.testing.assert_close(batched[0], expected)
+
+
+def _randn(*shape: int) -> torch.Tensor:
+    torch.manual_seed(0)
+    return torch.randn(*shape)
+
+
+def test_it_is_a_c_function_with_the_python_signature_and_docstring() -> None:
+    assert isinstance(fused_attention, types.BuiltinFunctionType)
+    signature = inspect.signature(fused_attention)
+    assert [(p.name, p.default) for p in signature.parameters.values()] == [
+        ("query", inspect.Parameter.empty),
+        ("key", inspect.Parameter.empty),
+        ("value", inspect.Parameter.empty),
+        ("attn_mask", None),
+        ("dropout_p", 0.0),
+        ("is_causal", False),
+        ("scale", None),
+        ("enable_gqa", False),
+    ]
+    assert fused_attention.__doc__ is not None
+    assert fused_attention.__doc__.startswith("Fused multi-head attention")
+    assert fused_attention.__module__ == attention.__name__
+    assert pickle.loads(pickle.dumps(fused_attention)) is fused_attention
+
+
+def test_arguments_bind_as_python_binds_them() -> None:
+    q = _randn(2, 4, 16, 8)
+    mask = torch.rand(16, 16) > 0.3
+    expected = F.scaled_dot_product_attention(q, q, q, attn_mask=mask, scale=0.5)
+    with xrt_torch.kernel_policy(exec_policy=ExecutionPolicy()):
+        for _ in range(2):  # the first call decides, the second takes the fast path
+            for out in (
+                fused_attention(q, q, q, mask, 0.0, False, 0.5),
+                fused_attention(q, q, q, attn_mask=mask, scale=0.5),
+                fused_attention(scale=0.5, value=q, key=q, query=q, attn_mask=mask),
+                fused_attention(q, q, value=q, attn_mask=mask, dropout_p=0, scale=0.5),
+            ):
+                torch.testing.assert_close(out, expected)
+        causal = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        torch.testing.assert_close(fused_attention(q, q, q, is_causal=True), causal)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((1, 1), {}, "missing 1 required positional argument: 'value'"),
+        ((1, 1, 1), {"bogus": 1}, "unexpected keyword argument 'bogus'"),
+        ((1, 1, 1), {"query": 1}, "multiple values for argument 'query'"),
+        ((1,) * 9, {}, "takes from 3 to 8 positional arguments but 9 were given"),
+    ],
+)
+def test_argument_errors_are_pythons(args: tuple[Any, ...], kwargs: dict[str, Any],
+                                     message: str) -> None:  # fmt: skip
+    q = _randn(1, 2, 4, 8)
+    with pytest.raises(TypeError, match=message):
+        fused_attention(*(q if a == 1 else a for a in args), **{k: q for k in kwargs})
+
+
+def _python_calls(fn: Any) -> list[str]:
+    """The Python functions of xpuruntime.pytorch that run during ``fn()``."""
+    seen: list[str] = []
+    package = str(Path(xrt_torch.__file__).parent)
+
+    def profile(frame: types.FrameType, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code.co_filename.startswith(package):
+            seen.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def test_a_decided_call_runs_no_python_and_a_new_policy_decides_again() -> None:
+    q = _randn(1, 2, 8, 16).requires_grad_()
+    with xrt_torch.kernel_policy(exec_policy=ExecutionPolicy()) as record:
+        assert "fused_attention" in _python_calls(lambda: fused_attention(q, q, q))
+        assert _python_calls(lambda: fused_attention(q, q, q)) == []
+        with torch.no_grad():  # another call signature (no grad): decided on its first call
+            assert "fused_attention" in _python_calls(lambda: fused_attention(q, q, q))
+            assert _python_calls(lambda: fused_attention(q, q, q)) == []
+    assert [(d.op, d.kernel) for d in record.decisions if d.shape] == [("attention", "auto")]
+    with xrt_torch.kernel_policy(exec_policy=ExecutionPolicy()) as record:
+        assert "fused_attention" in _python_calls(lambda: fused_attention(q, q, q))
+    assert [(d.op, d.kernel) for d in record.decisions if d.shape] == [("attention", "auto")]
+
+
+@pytest.fixture
+def fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_compiles_with_fullgraph_tracing_the_python_function() -> None:
+    q = _randn(1, 2, 8, 16).requires_grad_()
+    with xrt_torch.kernel_policy(exec_policy=ExecutionPolicy()):
+        fused_attention(q, q, q, is_causal=True)  # decided: its eager calls are in C++
+        compiled = torch.compile(
+            lambda q: fused_attention(q, q, q, is_causal=True) * 2, backend="aot_eager",
+            fullgraph=True,
+        )  # fmt: skip
+        out = compiled(q)
+    expected = F.scaled_dot_product_attention(q, q, q, is_causal=True) * 2
+    torch.testing.assert_close(out, expected)
+    (ours,) = torch.autograd.grad(out.sum(), q)
+    (theirs,) = torch.autograd.grad(expected.sum(), q)
+    torch.testing.assert_close(ours, theirs)
+
+
+class _Attend(torch.nn.Module):
+    def forward(self, q: torch.Tensor) -> torch.Tensor:
+        return fused_attention(q, q, q, is_causal=True)
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+@pytest.mark.parametrize("strict", [True, False])
+def test_export_sees_the_op(strict: bool) -> None:
+    q = _randn(1, 2, 8, 16)
+    fused_attention(q, q, q, is_causal=True)
+    program = torch.export.export(_Attend(), (q,), strict=strict)
+    targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+    assert any(t.startswith("xpuruntime.fused_attention") for t in targets), targets
+    torch.testing.assert_close(program.module()(q), _Attend()(q))
+
+
+def test_make_fx_sees_the_op() -> None:
+    q = _randn(1, 2, 8, 16)
+    fused_attention(q, q, q)
+    graph = make_fx(lambda q: fused_attention(q, q, q))(q)
+    targets = [str(n.target) for n in graph.graph.nodes if n.op == "call_function"]
+    assert any(t.startswith("xpuruntime.fused_attention") for t in targets), targets
+
+
+def test_importing_it_leaves_dynamo_unimported_until_a_compile_needs_it() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        import torch
+        from xpuruntime.pytorch.ops import fused_attention
+        assert "torch._dynamo" not in sys.modules
+        q = torch.randn(1, 2, 8, 16)
+        fused_attention(q, q, q)  # the policy state (made on first use) exists
+        assert "torch._dynamo" not in sys.modules
+        out = torch.compile(lambda q: fused_attention(q, q, q), backend="eager", fullgraph=True)(q)
+        torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(q, q, q))
+        print("ok")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"

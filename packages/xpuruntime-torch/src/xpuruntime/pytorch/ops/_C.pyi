@@ -76,18 +76,14 @@ def attention_backward(
     scale: float | None,
     /,
 ) -> tuple[Tensor, Tensor, Tensor]: ...
-def attention_fast(
-    state: object,
-    query: object,
-    key: object,
-    value: object,
-    attn_mask: object,
-    dropout_p: float,
-    is_causal: bool,
-    scale: float | None,
-    enable_gqa: bool,
+def attention_entry(
+    slow: Callable[..., Tensor],
+    state_module: dict[str, Any],
+    state_name: str,
+    names: list[str],
+    doc: str,
     /,
-) -> Tensor | None: ...
+) -> Callable[..., Tensor]: ...
 def attention_decided(
     state: object,
     q: Tensor,

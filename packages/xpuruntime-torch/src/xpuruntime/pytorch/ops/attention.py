@@ -20,10 +20,12 @@ the policy surface: the kernel choice, made and recorded on the first call of it
 the policy in effect (PyTorch's own eligibility check, once per call signature), the
 fallback rule, and the kernels that are not an entry point (math and PyTorch's own choice,
 which the native kernels hand back to this module). A plain eager call served by an entry
-point or by PyTorch's own selection is then one call into C++ (``attention_fast``: whether
-anything intercepts the call, whether it needs grad, the lookup of its signature under the
-policy state in effect, and the kernel), differentiated by PyTorch's own autograd (the
-backend's own backward, as under SDPA). Compiled and traced calls go through
+point or by PyTorch's own selection then runs no Python: :func:`fused_attention` is itself a
+C function (whether anything intercepts the call, whether it needs grad, the lookup of its
+signature under the policy state in effect, and the kernel), whose every other call runs the
+Python function below, which ``torch.compile`` and ``torch.export`` trace in its place
+(``torch.compiler.substitute_in_graph``). Eager calls are differentiated by PyTorch's own
+autograd (the backend's own backward, as under SDPA). Compiled and traced calls go through
 the op, which resolves the kernel itself (opaque to the tracer) and returns the output with
 what the backward needs (log-sum-exp and the dropout RNG state; empty where the kernel keeps
 none, and then its backward op recomputes the forward under autograd). The fake kernels are
@@ -33,22 +35,20 @@ Meta kernel's tensors do not carry.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from typing import TypeVar, cast
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from xpuruntime.pytorch import policy
-from xpuruntime.pytorch._compat import (
-    HAS_CUSTOM_OP,
-    autograd_inside_kernel,
-    is_compiling,
-    restrict_sdpa,
-)
-from xpuruntime.pytorch._state import current
+from xpuruntime.pytorch import _state, policy
+from xpuruntime.pytorch._compat import HAS_CUSTOM_OP, autograd_inside_kernel, restrict_sdpa
 from xpuruntime.pytorch.lock import attention_kernel
 from xpuruntime.pytorch.mapping import ATTENTION_BACKENDS
 from xpuruntime.pytorch.ops import sdpa_entries, xrt_attention
-from xpuruntime.pytorch.ops._eager import plain_eager
+from xpuruntime.pytorch.ops._eager import plain_eager, trace_in_place_of
 from xpuruntime.pytorch.ops._native import native
 from xpuruntime.pytorch.ops._policy import (
     describe,
@@ -238,6 +238,30 @@ if HAS_CUSTOM_OP:  # register_fake came with custom_op (PyTorch 2.4)
     )
 
 
+_Function = TypeVar("_Function", bound=Callable[..., Tensor])
+
+
+def _in_cpp(function: _Function) -> _Function:
+    """``function`` as a C function (``csrc/attention_ops.cpp``) that runs a call of a kind
+    decided before under the policy in effect without a Python frame (the checks that nothing
+    intercepts it, whether it needs grad, one lookup, the kernel), and ``function`` for every
+    other call; ``torch.compile`` traces ``function`` in its place. It keeps ``function``'s
+    signature (as its ``__text_signature__``) and docstring."""
+    signature = inspect.signature(function)
+    untyped = signature.replace(
+        parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+        return_annotation=signature.empty,
+    )
+    doc = f"{function.__name__}{untyped}\n--\n\n{inspect.getdoc(function)}"
+    # The policy state in effect, read by the C function as that module's global.
+    entry = native.attention_entry(
+        function, vars(_state), "_state", list(signature.parameters), doc
+    )
+    trace_in_place_of(entry, function)
+    return cast(_Function, entry)
+
+
+@_in_cpp
 def fused_attention(
     query: Tensor,
     key: Tensor,
@@ -257,14 +281,6 @@ def fused_attention(
     policy names none. ``scale`` defaults to ``1/sqrt(head_dim)``. With ``enable_gqa`` key and
     value may have fewer heads than the query (a divisor of them), as in SDPA.
     """
-    if not is_compiling():
-        # Decided before under the policy in effect: the checks, the lookup and the call, in
-        # C++ (None: a call to decide, or one something intercepts).
-        out: Tensor | None = native.attention_fast(
-            current(), query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
-        )  # fmt: skip
-        if out is not None:
-            return out
     kernel, mode = requested_kernel("attention")
     needs_grad = torch.is_grad_enabled() and (
         query.requires_grad or key.requires_grad or value.requires_grad
@@ -306,14 +322,14 @@ def fused_attention(
         # own backward (in C++, as under SDPA) on what the forward kept. Only a call its own
         # backend serves is remembered: a refusal goes through the fallback rule every time.
         return native.attention_decided(  # type: ignore[no-any-return]
-            current(), query, key, value, attn_mask, dropout_p, is_causal, scale, needs_grad,
-            code,
+            _state.current(), query, key, value, attn_mask, dropout_p, is_causal, scale,
+            needs_grad, code,
         )  # fmt: skip
     if chosen == "auto" and eager:
         # PyTorch's own selection (SDPA, as F.scaled_dot_product_attention calls it).
         return native.attention_decided(  # type: ignore[no-any-return]
-            current(), query, key, value, attn_mask, dropout_p, is_causal, scale, needs_grad,
-            native.ATTENTION_SDPA,
+            _state.current(), query, key, value, attn_mask, dropout_p, is_causal, scale,
+            needs_grad, native.ATTENTION_SDPA,
         )  # fmt: skip
     # math / a fallback to PyTorch's choice, differentiated by PyTorch's own autograd (which
     # keeps the dropout RNG state a recomputation would lose).
