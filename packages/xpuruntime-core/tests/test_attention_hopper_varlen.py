@@ -154,10 +154,38 @@ def test_every_variant_on_packed_sequences(dim: int, causal: bool) -> None:
         _check(got, lse, q, k, v, cu_q, cu_k, causal, 1.0 / math.sqrt(dim))
 
 
+def _reference_grads(
+    q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, causal: bool, scale: float, do: Any
+) -> tuple[Any, Any, Any]:
+    """float32 (dq, dk, dv) of the packed attention for the output gradient ``do``, by
+    autograd sequence by sequence (causal top-left, as :func:`_reference`)."""
+    group = q.shape[1] // k.shape[1]
+    qf, kf, vf = (x.detach().float().requires_grad_() for x in (q, k, v))
+    loss = qf.new_zeros(())
+    for i in range(cu_q.numel() - 1):
+        q0, q1, k0, k1 = (int(x) for x in (cu_q[i], cu_q[i + 1], cu_k[i], cu_k[i + 1]))
+        if q1 == q0 or k1 == k0:
+            continue
+        qs = qf[q0:q1].transpose(0, 1)
+        ks = kf[k0:k1].transpose(0, 1).repeat_interleave(group, 0)
+        vs = vf[k0:k1].transpose(0, 1).repeat_interleave(group, 0)
+        s = qs @ ks.transpose(1, 2) * scale
+        if causal:
+            rows = torch.arange(q1 - q0, device="cuda")[:, None]
+            cols = torch.arange(k1 - k0, device="cuda")[None, :]
+            s = s.masked_fill(cols > rows, float("-inf"))
+        out = (torch.softmax(s, -1) @ vs).transpose(0, 1)
+        loss = loss + (out * do[q0:q1].float()).sum()
+    return torch.autograd.grad(loss, (qf, kf, vf), allow_unused=True)  # type: ignore[return-value]
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_agrees_with_xrt_flash_varlen(causal: bool) -> None:
     """Same inputs through xrt_flash's varlen forward: outputs within rounding, and the same
-    log-sum-exp (float32 statistics both), which xrt_flash's varlen backward then takes."""
+    log-sum-exp (float32 statistics both), which xrt_flash's varlen backward then takes. The
+    backward on our output and log-sum-exp is as close to a float32 reference as on
+    xrt_flash's own (the gradients are large here, several units at this scale, so two bfloat16
+    results differ by a few units in the last place: compared through their errors)."""
     lens_q, lens_k = [1000, 17, 513, 0, 300, 64], [900, 40, 513, 12, 300, 0]
     q, k, v, cu_q, cu_k = _pack(lens_q, lens_k, 32, 8, 128, torch.bfloat16)
     varlen = launch.Varlen(cu_q, cu_k, max(lens_q), max(lens_k))
@@ -178,11 +206,18 @@ def test_agrees_with_xrt_flash_varlen(causal: bool) -> None:
     theirs = launch.backward(
         do, q, k, v, want, want_lse, causal=causal, scale=scale, layout="thd", varlen=varlen
     )
+    reference = _reference_grads(q, k, v, cu_q, cu_k, causal, scale, do)
     keys = int(cu_k[-1])
-    for name, a, b, n in zip(
-        ("dq", "dk", "dv"), ours[:3], theirs[:3], (rows, keys, keys), strict=True
+    for name, a, b, ref, n in zip(
+        ("dq", "dk", "dv"), ours[:3], theirs[:3], reference, (rows, keys, keys), strict=True
     ):
-        torch.testing.assert_close(a[:n], b[:n], atol=5e-2, rtol=0, msg=name)
+        ours_err = (a[:n].float() - ref[:n]).abs().max().item()
+        theirs_err = (b[:n].float() - ref[:n]).abs().max().item()
+        scale_of = ref[:n].abs().max().item()
+        assert ours_err <= 1.25 * theirs_err + 1e-3 * scale_of, (
+            f"{name}: max |error| {ours_err} against xrt_flash's {theirs_err} (max |{name}| "
+            f"{scale_of})"
+        )
 
 
 def test_strided_inputs_given_stream_and_unaligned_out() -> None:
