@@ -316,3 +316,17 @@ def test_importing_it_leaves_dynamo_unimported_until_a_compile_needs_it() -> Non
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_without_substitute_in_graph_the_python_function_stays_the_op(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # PyTorch before 2.5 has no torch.compiler.substitute_in_graph: dynamo could not trace
+    # the C function, so the typed Python function is the op and runs every call.
+    from xpuruntime.pytorch.ops import attention
+
+    def function(query: torch.Tensor) -> torch.Tensor:
+        return query
+
+    monkeypatch.setattr(attention, "HAS_SUBSTITUTE_IN_GRAPH", False)
+    assert attention._in_cpp(function) is function

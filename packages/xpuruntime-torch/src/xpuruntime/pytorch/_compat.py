@@ -17,6 +17,7 @@ from xpuruntime.pytorch.errors import TorchVersionError
 
 __all__ = [
     "HAS_CUSTOM_OP",
+    "HAS_SUBSTITUTE_IN_GRAPH",
     "PROFILER_OPTIONS",
     "SDPBackend",
     "autograd_inside_kernel",
@@ -54,6 +55,10 @@ else:
 
 # torch.library.custom_op / register_autograd / register_fake: PyTorch 2.4+.
 HAS_CUSTOM_OP = hasattr(torch.library, "custom_op")
+
+# torch.compiler.substitute_in_graph (dynamo traces a Python function where it meets a C
+# function): PyTorch 2.5+.
+HAS_SUBSTITUTE_IN_GRAPH = hasattr(torch.compiler, "substitute_in_graph")
 
 
 def _dynamo_is_compiling() -> bool:

@@ -44,7 +44,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from xpuruntime.pytorch import _state, policy
-from xpuruntime.pytorch._compat import HAS_CUSTOM_OP, autograd_inside_kernel, restrict_sdpa
+from xpuruntime.pytorch._compat import (
+    HAS_CUSTOM_OP,
+    HAS_SUBSTITUTE_IN_GRAPH,
+    autograd_inside_kernel,
+    restrict_sdpa,
+)
 from xpuruntime.pytorch.lock import attention_kernel
 from xpuruntime.pytorch.mapping import ATTENTION_BACKENDS
 from xpuruntime.pytorch.ops import sdpa_entries, xrt_attention
@@ -246,7 +251,12 @@ def _in_cpp(function: _Function) -> _Function:
     decided before under the policy in effect without a Python frame (the checks that nothing
     intercepts it, whether it needs grad, one lookup, the kernel), and ``function`` for every
     other call; ``torch.compile`` traces ``function`` in its place. It keeps ``function``'s
-    signature (as its ``__text_signature__``) and docstring."""
+    signature (as its ``__text_signature__``) and docstring. On a PyTorch without
+    ``torch.compiler.substitute_in_graph`` (before 2.5) dynamo could not trace the C function,
+    so ``function`` stays the op and runs every call (the same results, at the Python
+    path's host time)."""
+    if not HAS_SUBSTITUTE_IN_GRAPH:
+        return function
     signature = inspect.signature(function)
     untyped = signature.replace(
         parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
