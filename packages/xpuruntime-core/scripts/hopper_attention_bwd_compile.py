@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -149,40 +148,9 @@ def main() -> int:
                             print(f"{label}: COMPILE FAILED: {type(error).__name__}: {first[:3]}")
                             (out_dir / f"{label.replace(' ', '_')}.err").write_text(str(error))
                             continue
-                        failures += _report(label, name, ptx, meta, out_dir, args.sass)
+                        failures += fwd.report(label, name, ptx, meta, out_dir, args.sass)
     print(f"outputs in {out_dir}; {failures} failing configuration(s)")
     return 1 if failures else 0
-
-
-def _report(label: str, name: str, ptx: str, meta: Any, out_dir: Path, sass: bool) -> int:
-    """Print one configuration's line; returns 1 if it spills."""
-    log = fwd._ptxas_report(out_dir / f"{name}.ptx")
-    regs = re.findall(r"Used (\d+) registers", log)
-    spill = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    stack = re.findall(r"(\d+) bytes stack frame", log)
-    counts = {
-        "wgmma": ptx.count("wgmma.mma_async"),
-        "setmaxnreg": ptx.count("setmaxnreg"),
-        "tma": ptx.count("cp.async.bulk.tensor"),
-        "local": len(re.findall(r"\b(?:ld|st)\.local", ptx)),
-    }
-    note = ""
-    if sass:
-        listing = fwd._sass(out_dir / f"{name}.cubin")
-        (out_dir / f"{name}.sass").write_text(listing)
-        note = (
-            f" HGMMA={listing.count('HGMMA')} LDL={listing.count('LDL')}"
-            f" STL={listing.count('STL')} SETMAXREG={listing.count('SETMAXREG')}"
-        )
-    warnings = [line.strip() for line in log.splitlines() if "arning" in line]
-    warn = " WARN: " + "; ".join(warnings) if warnings else ""
-    spilled = any(int(a) or int(b) for a, b in spill) or counts["local"] > 0
-    print(
-        f"{label}: regs={','.join(regs)} spill(st,ld)={spill} stack={stack} "
-        f"smem={meta.shared} {counts}{note}{warn}",
-        flush=True,
-    )
-    return int(spilled)
 
 
 if __name__ == "__main__":

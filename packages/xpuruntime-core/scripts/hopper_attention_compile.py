@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 PACKAGES = Path(__file__).resolve().parents[2]
 
@@ -155,38 +156,41 @@ def main() -> int:
                     print(f"{label}: COMPILE FAILED: {type(error).__name__}: {first[:1]}")
                     (out_dir / f"{label.replace(' ', '_')}.err").write_text(str(error))
                     continue
-                log = _ptxas_report(out_dir / f"{name}.ptx")
-                regs = re.findall(r"Used (\d+) registers", log)
-                spill = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-                stack = re.findall(r"(\d+) bytes stack frame", log)
-                counts = {
-                    "wgmma": ptx.count("wgmma.mma_async"),
-                    "setmaxnreg": ptx.count("setmaxnreg"),
-                    "tma": ptx.count("cp.async.bulk.tensor"),
-                    "local": len(re.findall(r"\b(?:ld|st)\.local", ptx)),
-                }
-                sass_note = ""
-                if args.sass:
-                    sass = _sass(out_dir / f"{name}.cubin")
-                    (out_dir / f"{name}.sass").write_text(sass)
-                    sass_note = (
-                        f" HGMMA={sass.count('HGMMA')} LDL={sass.count('LDL')}"
-                        f" STL={sass.count('STL')} SETMAXREG={sass.count('SETMAXREG')}"
-                    )
-                warn = (
-                    " WARN:"
-                    + "; ".join(line.strip() for line in log.splitlines() if "arning" in line)
-                    if "arning" in log
-                    else ""
-                )
-                spilled = spill and any(int(a) or int(b) for a, b in spill)
-                failures += bool(spilled)
-                print(
-                    f"{label}: regs={','.join(regs)} spill(st,ld)={spill} stack={stack} "
-                    f"smem={meta.shared} {counts}{sass_note}{warn}"
-                )
+                failures += report(label, name, ptx, meta, out_dir, args.sass)
     print(f"outputs in {out_dir}; {failures} failing configuration(s)")
     return 1 if failures else 0
+
+
+def report(label: str, name: str, ptx: str, meta: Any, out_dir: Path, sass: bool) -> int:
+    """Print one configuration's line (ptxas' registers, spills, stack; shared memory; counts
+    of wgmma, setmaxnreg, TMA and local-memory instructions); returns 1 if it spills."""
+    log = _ptxas_report(out_dir / f"{name}.ptx")
+    regs = re.findall(r"Used (\d+) registers", log)
+    spill = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    stack = re.findall(r"(\d+) bytes stack frame", log)
+    counts = {
+        "wgmma": ptx.count("wgmma.mma_async"),
+        "setmaxnreg": ptx.count("setmaxnreg"),
+        "tma": ptx.count("cp.async.bulk.tensor"),
+        "local": len(re.findall(r"\b(?:ld|st)\.local", ptx)),
+    }
+    note = ""
+    if sass:
+        listing = _sass(out_dir / f"{name}.cubin")
+        (out_dir / f"{name}.sass").write_text(listing)
+        note = (
+            f" HGMMA={listing.count('HGMMA')} LDL={listing.count('LDL')}"
+            f" STL={listing.count('STL')} SETMAXREG={listing.count('SETMAXREG')}"
+        )
+    warnings = [line.strip() for line in log.splitlines() if "arning" in line]
+    warn = " WARN: " + "; ".join(warnings) if warnings else ""
+    spilled = any(int(a) or int(b) for a, b in spill) or counts["local"] > 0
+    print(
+        f"{label}: regs={','.join(regs)} spill(st,ld)={spill} stack={stack} "
+        f"smem={meta.shared} {counts}{note}{warn}",
+        flush=True,
+    )
+    return int(spilled)
 
 
 if __name__ == "__main__":
