@@ -259,12 +259,17 @@ def test_hopper_backward_under_deterministic_algorithms_is_repeatable_and_says_s
         "backward: gluon hopper backward (dK/dV + dQ kernels, deterministic: "
         "torch.use_deterministic_algorithms is on)"
     )
-    ref = _reference(q, k, v, True, do)[1:]
-    for name, a, b, f, want in zip(("dq", "dk", "dv"), first, second, default, ref, strict=True):
+    ref = _reference(q, k, v, True, do)
+    # As close to float32 as FlashAttention-2's bf16 gradients (dv sums four query heads of
+    # up to 1000 rows: its bf16 rounding alone is past a fixed 2e-2).
+    flash = _errors(_flash(q, k, v, True, do), ref)[1:]
+    grads = zip(("dq", "dk", "dv"), first, second, default, ref[1:], flash, strict=True)
+    for name, a, b, f, want, (flash_max, _) in grads:
         assert torch.equal(a, b), f"{name}: the deterministic backward is not repeatable"
         for got in (a, f):
             err = (got.float() - want).abs().max().item()
-            assert err < 2e-2, f"{name}: max error {err}"
+            bound = FACTOR * flash_max + FLOOR[torch.bfloat16]
+            assert err <= bound, f"{name}: max error {err} (flash {flash_max})"
 
 
 @needs_sm90
