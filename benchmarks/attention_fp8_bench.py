@@ -10,13 +10,18 @@ process, interleaved: each round runs one sample of each (CUDA events around 4 b
 calls) and the median over 9 rounds is kept. Implementations:
 
 - ``cudnn``, ``flash``: SDPA's cuDNN and FlashAttention-2 backends (bf16);
-- ``xrt``: xrt_flash's bf16 forward, its default tiles;
-- ``fp8``: the fp8 kernel on inputs quantized beforehand (what an fp8 KV cache feeds it);
+- ``xrt``: our own fastest bf16 forward on this GPU: ``xrt_flash_hopper`` (Gluon) on an
+  H100/H200, else xrt_flash's Triton forward with its default tiles;
+- ``fp8``: the fp8 kernel on inputs quantized beforehand (what an fp8 KV cache feeds it):
+  the Gluon Hopper kernel on an H100/H200 (``fp8.forward`` picks it), else the Triton one;
+- ``fp8 triton`` (H100/H200 only): the Triton fp8 kernel on the same inputs, for comparison;
 - ``fp8+q``: quantization of the bf16 inputs plus the fp8 kernel (``ops.attention`` under
   ``KernelPolicy(attention="xrt_flash_fp8")`` runs exactly these launches);
 - ``e4m3``: the fp8 kernel on e4m3 query, key and value with one descale factor each
   (``fp8.from_fp8``, FlashAttention-3's inputs): the kernel alone, nothing quantized inside;
-- with ``--sweep``, ``fp8[i]``: every fp8 tile candidate i, to order the candidates.
+- with ``--sweep``, ``fp8[i]``: every Triton fp8 tile candidate i, and on an H100/H200
+  ``fp8 <variant>``: every Gluon fp8 variant at every length (``fp8`` leaves lengths below
+  ``fp8.HOPPER_MIN_KEYS`` to the Triton kernel), to order the candidates.
 
 TFLOP/s use FlashAttention's count (4·B·H·S²·D, halved when causal). Errors (seqlen <= 4096,
 first batch element) against a float32 reference of the same bf16 inputs: relative Frobenius
@@ -26,8 +31,10 @@ norm ‖out − ref‖ / ‖ref‖ and max |out − ref|. Prints a table; writes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import statistics
 import sys
 from collections.abc import Callable
@@ -39,7 +46,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import xpuruntime.ops as ops
-from xpuruntime.kernels.attention import fp8, launch
+from xpuruntime.kernels.attention import fp8, hopper, launch
 from xpuruntime.kernels.attention.tiles import fp8_candidates
 from xpuruntime.policies import KernelPolicy
 
@@ -91,6 +98,42 @@ def _errors(out: Any, ref: Any) -> dict[str, float]:
     }
 
 
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+def _bf16(q: Any, k: Any, v: Any, causal: bool) -> Any:
+    """Our own fastest bf16 forward here (the Hopper kernel on sm_90)."""
+    if HOPPER:
+        return launch.hopper_forward(q, k, v, causal=causal, scale=None, layout="bhsd")[0]
+    return launch.forward(q, k, v, causal=causal, scale=None, layout="bhsd")[0]
+
+
+@contextlib.contextmanager
+def _fp8_variant(name: str) -> Any:
+    """The Gluon fp8 kernel's variant for the calls inside."""
+    before = os.environ.get(hopper.FP8_VARIANT_ENV)
+    os.environ[hopper.FP8_VARIANT_ENV] = name
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[hopper.FP8_VARIANT_ENV]
+        else:
+            os.environ[hopper.FP8_VARIANT_ENV] = before
+
+
+@contextlib.contextmanager
+def _gluon_at_every_length() -> Any:
+    """The Gluon Hopper fp8 kernel takes calls of any length inside (by default it leaves
+    those below ``fp8.HOPPER_MIN_KEYS`` to the Triton kernel), so the sweep times it."""
+    before = fp8.HOPPER_MIN_KEYS
+    fp8.HOPPER_MIN_KEYS = 1
+    try:
+        yield
+    finally:
+        fp8.HOPPER_MIN_KEYS = before
+
+
 def case(dim: int, seqlen: int, causal: bool, sweep: bool, rounds: int) -> dict[str, Any]:
     batch, heads = TOKENS // seqlen, HIDDEN // dim
     q, k, v = (
@@ -99,10 +142,13 @@ def case(dim: int, seqlen: int, causal: bool, sweep: bool, rounds: int) -> dict[
     )
     qz = fp8.quantize(q, k, v, layout="bhsd")
     e4m3 = _per_tensor_e4m3(q, k, v)
+    triton_tiles = fp8_candidates(dim, torch.cuda.get_device_capability())[0]
+    # The Triton kernel's inputs: the value in its key order (no reordering copy per call).
+    qz_triton = fp8.quantize(q, k, v, layout="bhsd", key_order="sequential")
     impls: dict[str, Callable[[], Any]] = {
         "cudnn": lambda: _sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal),
         "flash": lambda: _sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal),
-        "xrt": lambda: launch.forward(q, k, v, causal=causal, scale=None, layout="bhsd")[0],
+        "xrt": lambda: _bf16(q, k, v, causal),
         "fp8": lambda: fp8.forward(qz, causal=causal, scale=None, layout="bhsd")[0],
         "e4m3": lambda: fp8.forward(e4m3, causal=causal, scale=None, layout="bhsd")[0],
         "quant": lambda: fp8.quantize(q, k, v, layout="bhsd"),
@@ -110,17 +156,37 @@ def case(dim: int, seqlen: int, causal: bool, sweep: bool, rounds: int) -> dict[
             fp8.quantize(q, k, v, layout="bhsd"), causal=causal, scale=None, layout="bhsd"
         )[0],
     }
+    if HOPPER:
+        impls["fp8 triton"] = lambda: fp8.forward(
+            qz_triton, causal=causal, scale=None, layout="bhsd", tiles=triton_tiles
+        )[0]
     compiled: dict[str, str] = {}
+    if sweep and HOPPER and dim in hopper.FP8_HEAD_DIMS:
+        with _gluon_at_every_length():
+            qz_gluon = fp8.quantize(q, k, v, layout="bhsd")
+        for name in hopper.variant_names(dim, fp8=True):
+
+            def run(name: str = name) -> Any:
+                with _fp8_variant(name), _gluon_at_every_length():
+                    return fp8.forward(qz_gluon, causal=causal, scale=None, layout="bhsd")[0]
+
+            try:
+                run()
+            except Exception as error:  # a variant that does not compile or fit
+                compiled[f"fp8 {name}"] = f"{type(error).__name__}: {error}"
+                continue
+            compiled[f"fp8 {name}"] = name
+            impls[f"fp8 {name}"] = run
     if sweep:
         for i, tiles in enumerate(fp8_candidates(dim, torch.cuda.get_device_capability())):
             try:
-                fp8.forward(qz, causal=causal, scale=None, layout="bhsd", tiles=tiles)
+                fp8.forward(qz_triton, causal=causal, scale=None, layout="bhsd", tiles=tiles)
             except Exception as error:  # a candidate that does not fit this GPU
                 compiled[f"fp8[{i}]"] = f"{tiles.describe()}: {type(error).__name__}"
                 continue
             compiled[f"fp8[{i}]"] = tiles.describe()
             impls[f"fp8[{i}]"] = lambda t=tiles: fp8.forward(  # type: ignore[misc]
-                qz, causal=causal, scale=None, layout="bhsd", tiles=t
+                qz_triton, causal=causal, scale=None, layout="bhsd", tiles=t
             )[0]
     ms = _interleaved(impls, rounds)
     flops = 4 * batch * heads * seqlen * seqlen * dim / (2 if causal else 1)
@@ -141,8 +207,15 @@ def case(dim: int, seqlen: int, causal: bool, sweep: bool, rounds: int) -> dict[
         outs = {
             "cudnn": _sdpa(SDPBackend.CUDNN_ATTENTION, *first, causal),
             "flash": _sdpa(SDPBackend.FLASH_ATTENTION, *first, causal),
-            "xrt": launch.forward(*first, causal=causal, scale=None, layout="bhsd")[0],
+            "xrt": _bf16(*first, causal),
             "fp8": ops.attention(*first, causal=causal, layout="bhsd", policy=FP8_POLICY),
+            "fp8_triton": fp8.forward(
+                fp8.quantize(*first, layout="bhsd"),
+                causal=causal,
+                scale=None,
+                layout="bhsd",
+                tiles=triton_tiles,
+            )[0],
             "e4m3": fp8.forward(_per_tensor_e4m3(*first), causal=causal, scale=None, layout="bhsd")[
                 0
             ],
@@ -202,8 +275,8 @@ def quant_breakdown() -> dict[str, Any]:
 
 def sanitize_calls() -> None:
     """Tiny calls over the fp8 kernels' edge cases for compute-sanitizer: partial last
-    blocks, the causal diagonal, GQA/MQA, every tile candidate, packed sequences with an
-    empty one, e4m3 inputs."""
+    blocks (and key groups), the causal diagonal, GQA/MQA, every Triton tile candidate and
+    Gluon variant, packed sequences with an empty one, e4m3 inputs."""
     capability = torch.cuda.get_device_capability()
     for causal in (False, True):
         for heads, kv_heads, seq, dim in ((4, 4, 200, 64), (4, 1, 130, 128), (2, 2, 70, 256)):
@@ -222,6 +295,16 @@ def sanitize_calls() -> None:
                     print(f"skipped: hd{dim} {tiles.describe()}: {error!r:.200}")
                     continue
                 assert torch.isfinite(out).all()
+            if HOPPER and dim in hopper.FP8_HEAD_DIMS:  # every Gluon variant too
+                with _gluon_at_every_length():
+                    qz_gluon = fp8.quantize(q, k, v, layout="bhsd")
+                    for name in hopper.variant_names(dim, fp8=True):
+                        with _fp8_variant(name):
+                            out, _, detail = fp8.forward(
+                                qz_gluon, causal=causal, scale=None, layout="bhsd"
+                            )
+                        assert detail.startswith(fp8.HOPPER_DETAIL), detail
+                        assert torch.isfinite(out).all()
         lengths = [70, 0, 129, 1]
         cu = torch.tensor(
             [0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda"
@@ -266,6 +349,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="hd128, S 2048-16384 only")
     parser.add_argument("--sweep", action="store_true", help="time every fp8 tile candidate")
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--dims", default="", help="only these head sizes (e.g. 64)")
+    parser.add_argument("--seqlens", default="", help="only these lengths (e.g. 2048,8192)")
     parser.add_argument("--out", type=Path, default=Path("."))
     parser.add_argument("--sanitize-calls", action="store_true")
     parser.add_argument("--profile-calls", action="store_true")
@@ -278,6 +363,10 @@ def main() -> None:
         return
     dims = (128,) if args.quick else (64, 128)
     seqlens = (2048, 4096, 8192, 16384) if args.quick else (1024, 2048, 4096, 8192, 16384)
+    if args.dims:
+        dims = tuple(int(d) for d in args.dims.split(","))
+    if args.seqlens:
+        seqlens = tuple(int(s) for s in args.seqlens.split(","))
     rows = []
     header = (
         f"{'hd':>3} {'S':>6} {'causal':>6} | {'cuDNN':>6} {'FA-2':>6} {'xrt':>6} {'fp8':>6} "
@@ -296,7 +385,9 @@ def main() -> None:
                     f"{err[n]['rel_fro']:.2e}" if n in err else "-"
                     for n in ("fp8", "e4m3", "xrt", "cudnn")
                 )
-                sweep = " ".join(f"{n}={t[n]:.0f}" for n in t if n.startswith("fp8["))
+                sweep = " ".join(
+                    f"{n}={t[n]:.0f}" for n in t if n.startswith("fp8[") or n.startswith("fp8 ")
+                )
                 print(
                     f"{dim:>3} {seqlen:>6} {causal!s:>6} | {t['cudnn']:6.0f} {t['flash']:6.0f} "
                     f"{t['xrt']:6.0f} {t['fp8']:6.0f} {t['fp8+q']:6.0f} {t['e4m3']:6.0f} | "

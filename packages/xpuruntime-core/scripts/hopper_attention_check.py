@@ -483,6 +483,7 @@ def main() -> int:
         default="dense,varlen",
         help="dense batches and/or varlen (packed sequences, cu_seqlens)",
     )
+    parser.add_argument("--head-dims", default="", help="only these head sizes (e.g. 64)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per configuration")
     parser.add_argument("--in-process", action="store_true", help="no subprocess per config")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: JSON of one config
@@ -507,6 +508,9 @@ def main() -> int:
     chosen = (configs(args.quick) if "dense" in batches else []) + (
         varlen_configs(args.quick) if "varlen" in batches else []
     )
+    if args.head_dims:
+        keep = {int(h) for h in args.head_dims.split(",")}
+        chosen = [c for c in chosen if c["head_dim"] in keep]
     for config in chosen:
         print(_describe(config), flush=True)
         start = time.time()

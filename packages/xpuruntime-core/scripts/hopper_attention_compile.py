@@ -28,10 +28,10 @@ from typing import Any
 PACKAGES = Path(__file__).resolve().parents[2]
 
 
-def _layout_repr(row_bytes: int) -> str:
+def _layout_repr(row_bytes: int, bits: int = 16) -> str:
     swizzle = 128 if row_bytes % 128 == 0 else 64 if row_bytes % 64 == 0 else 32
     return (
-        f"NVMMASharedLayout(swizzle_byte_width={swizzle}, element_bitwidth=16, "
+        f"NVMMASharedLayout(swizzle_byte_width={swizzle}, element_bitwidth={bits}, "
         "rank=4, transposed=False, fp4_padded=False, cga_layout=[])"
     )
 
@@ -43,19 +43,32 @@ def compile_one(
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    layout = _layout_repr(head_dim * 2)
+    fp8 = dtype == "fp8e4nv"
+    bits = 8 if fp8 else 16
+    out_dtype = "bf16" if fp8 else dtype
+    layout = _layout_repr(head_dim * bits // 8, bits)
     q_sig = f"tensordesc<{dtype}[1, 1, {variant.block_m_wg}, {head_dim}],{layout}>"
     kv_sig = f"tensordesc<{dtype}[1, 1, {variant.block_n}, {head_dim}],{layout}>"
+    # fp8: the value transposed, (batch, heads, head_dim, seq), in boxes of BLOCK_N keys.
+    v_layout = _layout_repr(variant.block_n, 8)
+    v_sig = (
+        f"tensordesc<{dtype}[1, 1, {head_dim}, {variant.block_n}],{v_layout}>" if fp8 else kv_sig
+    )
+    o_layout = _layout_repr(head_dim * 2)
+    o_sig = f"tensordesc<{out_dtype}[1, 1, {variant.block_m_wg}, {head_dim}],{o_layout}>"
     fn = kernels._xrt_attn_fwd_hopper
     signature = {
         "q_desc": q_sig,
         "k_desc": kv_sig,
-        "v_desc": kv_sig,
-        "o_desc": q_sig,
-        "Out": f"*{dtype}",
+        "v_desc": v_sig,
+        "o_desc": o_sig,
+        "Out": f"*{out_dtype}",
         "LSE": "*fp32",
         "CU_Q": "*i32",
         "CU_K": "*i32",
+        "QS": "*fp32",
+        "KS": "*fp32",
+        "VS": "*fp32",
         "stride_os": "i32",
         "stride_oh": "i32",
         "stride_lh": "i32",
@@ -65,6 +78,8 @@ def compile_one(
         "group": "i32",
         "batch_heads": "i32",
         "section": "i32",
+        "q_blocks": "i32",
+        "k_blocks": "i32",
         "qk_scale": "fp32",
     }
     constexprs = dict(
@@ -79,6 +94,9 @@ def compile_one(
         NUM_WG=variant.num_wg,
         PERSISTENT=variant.persistent,
         VARLEN=varlen,
+        EXP_EMU=variant.exp_emu,
+        K_SCALE_BLOCK=128,
+        P_F32=fp8,
     )
     for name in constexprs:
         signature[name] = "constexpr"
@@ -122,6 +140,9 @@ def main() -> int:
     parser.add_argument("--head-dims", default="64,128,256")
     parser.add_argument("--variants", default="", help="comma-separated variant names")
     parser.add_argument(
+        "--dtypes", default="bf16,fp16,fp8e4nv", help="bf16, fp16, fp8e4nv (dense only)"
+    )
+    parser.add_argument(
         "--batches",
         default="dense,varlen",
         help="dense (batch, heads, seq, dim) and/or varlen (packed sequences, cu_seqlens)",
@@ -136,12 +157,18 @@ def main() -> int:
 
     failures = 0
     for head_dim in (int(h) for h in args.head_dims.split(",")):
-        names = args.variants.split(",") if args.variants else hopper.variant_names(head_dim)
-        for variant_name in names:
-            variant = hopper.parse_variant(variant_name)
-            for dtype, causal, varlen in itertools.product(
-                ("bf16", "fp16"), (False, True), [b == "varlen" for b in args.batches.split(",")]
-            ):
+        for dtype, causal, varlen in itertools.product(
+            args.dtypes.split(","), (False, True), [b == "varlen" for b in args.batches.split(",")]
+        ):
+            fp8 = dtype == "fp8e4nv"
+            if fp8 and (varlen or head_dim not in hopper.FP8_HEAD_DIMS):
+                continue  # fp8 runs dense batches at its head sizes (hopper.py)
+            if args.variants:
+                names = args.variants.split(",")
+            else:
+                names = hopper.variant_names(head_dim, fp8=fp8)
+            for variant_name in names:
+                variant = hopper.parse_variant(variant_name)
                 if varlen and variant.persistent:
                     continue  # packed batches run its non-persistent twin (hopper.py)
                 kind = ("causal" if causal else "full  ") + (" varlen" if varlen else "")

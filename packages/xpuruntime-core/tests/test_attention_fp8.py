@@ -21,8 +21,10 @@ import pytest
 
 import xpuruntime.runtime as rt
 from xpuruntime.kernels.attention import (
+    FP8_HOPPER_LIBRARY,
     FP8_KERNEL,
     FP8_LIBRARY,
+    FP8_TRITON_LIBRARY,
     KERNEL,
     fp8_unsupported_reason,
     query_shape,
@@ -171,18 +173,29 @@ def _relative(actual: Any, expected: Any) -> float:
     return float((actual.float() - expected).norm() / expected.norm())
 
 
-def _dequantized(qz: Any, q: Any, seq: int) -> tuple[Any, Any, Any]:
+def _query_rows(detail: str) -> int:
+    """Rows per query scale of the kernel that ran: the Gluon Hopper kernel quantizes the query
+    per 64 rows beforehand, the Triton kernel per row inside."""
+    from xpuruntime.kernels.attention import fp8
+
+    return 64 if detail.startswith(fp8.HOPPER_DETAIL) else 1
+
+
+def _dequantized(qz: Any, q: Any, seq: int, rows: int = 1) -> tuple[Any, Any, Any]:
     """The real-valued tensors the fp8 kernel sees, (batch, heads, seq, dim): x8 · scale, and
-    the query quantized as the kernel does, one scale per row."""
+    the query quantized as the kernel does, one scale per ``rows`` rows."""
     import torch
 
     from xpuruntime.kernels.attention import fp8
 
-    amax = q.float().abs().amax(dim=3, keepdim=True)
-    q_scale = torch.where(amax > 0, amax / 448, 1.0)
+    batch, heads, length, dim = q.shape
+    padded = -(-length // rows) * rows
+    blocks = torch.nn.functional.pad(q.float(), (0, 0, 0, padded - length))
+    amax = blocks.reshape(batch, heads, padded // rows, rows * dim).abs().amax(-1, keepdim=True)
+    q_scale = torch.where(amax > 0, amax / 448, 1.0).repeat_interleave(rows, 2)[:, :, :length]
     q_real = (q.float() * (1.0 / q_scale)).to(fp8.FP8).float() * q_scale
     k = qz.k.float() * qz.k_scale.repeat_interleave(qz.block, 2)[:, :, :seq, None]
-    v = qz.vt.float().transpose(2, 3) * qz.v_scale[:, :, None, :]
+    v = fp8.sequential_value(qz).float().transpose(2, 3) * qz.v_scale[:, :, None, :]
     return q_real, k, v
 
 
@@ -202,8 +215,11 @@ def test_fp8_forward_matches_the_reference_of_its_quantized_inputs(
     qz = fp8.quantize(q, k, v, layout="bhsd", block=block)
     out, lse, detail = fp8.forward(qz, causal=causal, scale=None, layout="bhsd")
     assert out.dtype == torch.bfloat16
-    assert f"fp8 e4m3 forward (scales: query per row, key per {block} rows" in detail
-    exact_out, exact_lse = _reference(*_dequantized(qz, q, seq), causal)
+    rows = _query_rows(detail)
+    query = "query per row" if rows == 1 else f"query per {rows} rows"
+    assert "fp8 e4m3 forward " in detail
+    assert f"(scales: {query}, key per {block} rows" in detail
+    exact_out, exact_lse = _reference(*_dequantized(qz, q, seq, rows), causal)
     # What remains is the probabilities' e4m3 rounding (3 mantissa bits) and bf16 output.
     assert _relative(out, exact_out) < 0.03
     assert (lse - exact_lse).abs().max().item() < 1e-2
@@ -231,6 +247,11 @@ def test_ops_attention_pinned_to_fp8_runs_and_records_it() -> None:
     (entry,) = record.decisions
     assert entry.kernel == FP8_KERNEL
     assert "fp8 e4m3 forward" in entry.reason
+    # The library is the kernel's that ran (Gluon on sm_90, Triton elsewhere), as its detail.
+    ran = ops.last_decision()
+    assert ran is not None
+    gluon = ran.detail.startswith("gluon hopper fp8")
+    assert ran.library == (FP8_HOPPER_LIBRARY if gluon else FP8_TRITON_LIBRARY)
     # precision="fp8" takes the same kernel without naming it.
     ops.attention(q, k, v, layout="bhsd", precision="fp8")
     decision = ops.last_decision()
@@ -307,9 +328,9 @@ def test_fp8_gpu_tiles_match_the_reference(dim: int, causal: bool) -> None:
 
     q, k, v = _inputs(2, 8, 2, 300, dim, torch.bfloat16)  # 300 rows: partial last blocks
     qz = fp8.quantize(q, k, v, layout="bhsd")
-    out, lse, _ = fp8.forward(qz, causal=causal, scale=None, layout="bhsd")
+    out, lse, detail = fp8.forward(qz, causal=causal, scale=None, layout="bhsd")
     assert torch.isfinite(out).all()
-    exact_out, exact_lse = _reference(*_dequantized(qz, q, 300), causal)
+    exact_out, exact_lse = _reference(*_dequantized(qz, q, 300, _query_rows(detail)), causal)
     assert _relative(out, exact_out) < 0.03
     assert (lse - exact_lse).abs().max().item() < 1e-2
     assert _relative(out, _reference(q, k, v, causal)[0]) < 0.08
@@ -325,3 +346,104 @@ def test_scale_blocks_no_tile_divides_are_refused() -> None:
     qz = fp8.quantize(q, k, v, layout="bhsd", block=8)  # every tile has 16 rows or more
     with pytest.raises(InvalidArgumentError, match="key scales per 8 rows fit none"):
         fp8.forward(qz, causal=False, scale=None, layout="bhsd")
+
+
+HOPPER = DEVICE == "cuda" and __import__("torch").cuda.get_device_capability() == (9, 0)
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Gluon fp8 kernel runs on sm_90 (H100, H200)")
+@pytest.mark.parametrize("dim", [128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("variant", ["", "m64n128s2pp", "m64n128s2np_e4"])
+def test_hopper_fp8_kernel_matches_its_inputs_reference(
+    dim: int, causal: bool, variant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an H100/H200 the Gluon kernel takes dense calls (bshd, grouped-query, a length that
+    is not a multiple of a tile or of 16) and says so; its result is the float32 attention of
+    the e4m3 tensors it was given, as close as the Triton kernel's."""
+    import torch
+
+    from xpuruntime.kernels.attention import fp8, hopper
+
+    monkeypatch.setattr(fp8, "HOPPER_MIN_KEYS", 1)  # it takes long sequences by default
+    if variant:
+        monkeypatch.setenv(hopper.FP8_VARIANT_ENV, variant)
+    q, k, v = _inputs(2, 8, 2, 301, dim, torch.bfloat16)
+    qz = fp8.quantize(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), layout="bshd")
+    out, lse, detail = fp8.forward(qz, causal=causal, scale=None, layout="bshd")
+    assert detail.startswith(fp8.HOPPER_DETAIL), detail
+    assert f"({variant or hopper.variant_names(dim, fp8=True)[0]})" in detail.replace(
+        "warp-specialised, ", ""
+    )
+    assert "query per 64 rows" in detail
+    exact_out, exact_lse = _reference(
+        *_dequantized(fp8.quantize(q, k, v, layout="bhsd"), q, 301, 64), causal
+    )
+    assert _relative(out.transpose(1, 2), exact_out) < 0.03
+    assert (lse - exact_lse).abs().max().item() < 1e-2
+    assert _relative(out.transpose(1, 2), _reference(q, k, v, causal)[0]) < 0.08
+    # e4m3 inputs with per-tensor descales run it too.
+    descale = [(x.float().abs().amax() / 448).reshape(1) for x in (q, k, v)]
+    q8, k8, v8 = ((x.float() / d).to(fp8.FP8) for x, d in zip((q, k, v), descale, strict=True))
+    out8, _, detail8 = fp8.forward(
+        fp8.from_fp8(q8, k8, v8, tuple(descale), layout="bhsd"),
+        causal=causal, scale=None, layout="bhsd",
+    )  # fmt: skip
+    assert detail8.startswith(fp8.HOPPER_DETAIL)
+    assert "descale per tensor" in detail8
+    real = [x8.float() * d for x8, d in zip((q8, k8, v8), descale, strict=True)]
+    assert _relative(out8, _reference(*real, causal)[0]) < 0.03
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Gluon fp8 kernel runs on sm_90 (H100, H200)")
+def test_hopper_fp8_passes_short_and_packed_sequences_to_triton_with_the_reason() -> None:
+    import torch
+
+    from xpuruntime.kernels.attention import fp8
+    from xpuruntime.kernels.attention.launch import Varlen
+
+    q, k, v = _inputs(1, 4, 4, 300, 128, torch.bfloat16)
+    _, _, detail = fp8.forward(
+        fp8.quantize(q, k, v, layout="bhsd"), causal=False, scale=None, layout="bhsd"
+    )
+    assert detail.startswith("triton fp8 e4m3 forward")
+    assert f"passed over: below {fp8.HOPPER_MIN_KEYS} keys (300)" in detail
+    _, _, detail = fp8.forward(
+        fp8.quantize(q[..., :64], k[..., :64], v[..., :64], layout="bhsd"),
+        causal=False, scale=None, layout="bhsd",
+    )  # fmt: skip
+    assert "passed over: it takes head size 128, not 64" in detail
+
+    rows = [x[0, :, :96].transpose(0, 1).contiguous() for x in (q, k, v)]  # (total, heads, dim)
+    cu = torch.tensor([0, 40, 96], dtype=torch.int32, device=DEVICE)
+    varlen = Varlen(cu, cu, 56, 56)
+    qz = fp8.quantize(*rows, layout="thd", varlen=varlen)
+    _, _, detail = fp8.forward(qz, causal=True, scale=None, layout="thd", varlen=varlen)
+    assert detail.startswith("triton fp8 e4m3 forward")
+    assert "Gluon Hopper fp8 kernel passed over: it takes dense batches" in detail
+
+
+def test_hopper_key_order_is_the_kernels_and_round_trips() -> None:
+    """The Gluon kernel's key order (its P operand's registers): a permutation of each group
+    of 32 that the value quantization kernel's formula inverts, and ``sequential_value``
+    undoes it, padding included (a length that is not a multiple of 32)."""
+    torch = pytest.importorskip("torch")
+
+    from xpuruntime.kernels.attention import fp8
+
+    order = fp8.HOPPER_KEY_ORDER
+    assert sorted(order) == list(range(32))
+    # _fp8_kernels._xrt_attn_quant_vt stores key c at this position (HOPPER_ORDER).
+    for key in range(32):
+        position = (key & 0x11) | ((key & 0x8) >> 2) | ((key & 0x6) << 1)
+        assert order[position] == key
+    seq = 45
+    source = torch.arange(2 * 3 * seq, dtype=torch.float32).reshape(2, 3, seq).to(fp8.FP8)
+    vt = fp8._transposed_value((2, 3, seq), torch.device("cpu"), hopper=True)
+    whole = fp8._whole_groups(vt).view(torch.uint8)
+    whole.index_copy_(-1, fp8._positions(torch.device("cpu"), seq), source.view(torch.uint8))
+    assert whole[..., 32:][..., [p for p, key in enumerate(order) if key >= seq - 32]].eq(0).all()
+    ones = torch.ones(1, 1, 1)
+    qz = fp8.Quantized(ones, ones, vt, None, ones, ones, torch.bfloat16, key_order="hopper")
+    back = fp8.sequential_value(qz)
+    assert torch.equal(back.view(torch.uint8), source.view(torch.uint8))

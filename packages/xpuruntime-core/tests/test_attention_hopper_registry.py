@@ -52,7 +52,7 @@ def test_registered_before_xrt_flash() -> None:
     assert names[:3] == [
         (HOPPER_KERNEL, HOPPER_LIBRARY),
         (KERNEL, LIBRARY),
-        (FP8_KERNEL, "xpuruntime Triton fp8"),
+        (FP8_KERNEL, "xpuruntime fp8 (Gluon on Hopper, Triton elsewhere)"),
     ]
     assert HOPPER_LIBRARY == "xpuruntime Gluon (Hopper, warp-specialised)"
 
@@ -212,3 +212,35 @@ def test_automatic_choice_records_why_the_hopper_forward_was_passed_over() -> No
     (decision,) = record.decisions
     assert (decision.kernel, decision.mode) == (KERNEL, "auto")
     assert f"skipped {HOPPER_KERNEL}: runs on NVIDIA Hopper GPUs only" in decision.reason
+
+
+def test_forward_variant_names_round_trip_and_fp8_takes_its_own() -> None:
+    from xpuruntime.kernels.attention import hopper
+    from xpuruntime.runtime.errors import InvalidArgumentError
+
+    for head_dim in hopper.HEAD_DIMS:
+        for name in hopper.variant_names(head_dim):
+            assert hopper.parse_variant(name).name == name
+    for head_dim in hopper.FP8_HEAD_DIMS:
+        for name in hopper.variant_names(head_dim, fp8=True):
+            assert hopper.fp8_variant(head_dim, name).name == name
+    assert hopper.parse_variant("m64n128s3pp_e4").exp_emu
+    assert not hopper.parse_variant("m64n128s3pp").exp_emu
+    # fp8 needs 64 query rows a warpgroup (its query scales), two warpgroups, no persistence.
+    for name in ("m128n64s2pp", "m64n128s2pp_w3", "m64n128s2pp_p"):
+        with pytest.raises(InvalidArgumentError, match="query scales are per 64 rows"):
+            hopper.fp8_variant(128, name)
+    with pytest.raises(InvalidArgumentError, match="is not of the form"):
+        hopper.parse_variant("m64n128s2pp_e8")
+
+
+def test_head_size_64_causal_default_follows_the_length() -> None:
+    """Two consumer warpgroups for short causal sequences, three from 8192 keys (as full
+    attention at every length), at head size 64; head size 128 keeps its one default."""
+    from xpuruntime.kernels.attention import hopper
+
+    assert hopper._variant(64, None, causal=True, seqlen_k=2048).num_wg == 2
+    assert hopper._variant(64, None, causal=True, seqlen_k=8192).num_wg == 3
+    assert hopper._variant(64, None, causal=False, seqlen_k=2048).num_wg == 3
+    assert hopper._variant(128, None, causal=True, seqlen_k=2048).name == "m64n128s2pp"
+    assert hopper._variant(64, "m64n128s3pp", causal=True, seqlen_k=8192).name == "m64n128s3pp"

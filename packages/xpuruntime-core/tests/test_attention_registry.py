@@ -45,7 +45,7 @@ def test_xrt_flash_is_registered_for_attention() -> None:
     assert [(k.name, k.library) for k in kernels] == [
         ("xrt_flash_hopper", "xpuruntime Gluon (Hopper, warp-specialised)"),
         (KERNEL, LIBRARY),
-        ("xrt_flash_fp8", "xpuruntime Triton fp8"),
+        ("xrt_flash_fp8", "xpuruntime fp8 (Gluon on Hopper, Triton elsewhere)"),
     ]
     assert "attention" in rt.dispatcher.ops()
 

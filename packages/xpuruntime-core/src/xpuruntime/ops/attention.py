@@ -226,7 +226,13 @@ def attention(
         else None
     )
     decision = _resolve(query, dims, varlen, causal, policy, precision)
-    from xpuruntime.kernels.attention import FP8_KERNEL, HOPPER_KERNEL, launch
+    from xpuruntime.kernels.attention import (
+        FP8_HOPPER_LIBRARY,
+        FP8_KERNEL,
+        FP8_TRITON_LIBRARY,
+        HOPPER_KERNEL,
+        launch,
+    )
 
     kind = "thd" if is_varlen else layout
     handle = None if stream is None else stream_handle(stream)
@@ -242,6 +248,9 @@ def attention(
         out, lse, detail = fp8.forward(
             quantized, causal=causal, scale=scale, layout=kind, varlen=varlen, stream=handle
         )
+        # The decision names the kernel the policy chose; the library is the one that ran.
+        ran = FP8_HOPPER_LIBRARY if detail.startswith(fp8.HOPPER_DETAIL) else FP8_TRITON_LIBRARY
+        decision = (decision[0], decision[1], ran, *decision[3:])
     else:
         out, lse, detail = launch.forward(
             query, key, value, causal=causal, scale=scale, layout=kind, varlen=varlen,

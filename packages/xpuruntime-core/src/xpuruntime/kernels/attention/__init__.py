@@ -34,8 +34,10 @@ from xpuruntime.kernels.attention.support import (
 )
 
 __all__ = [
+    "FP8_HOPPER_LIBRARY",
     "FP8_KERNEL",
     "FP8_LIBRARY",
+    "FP8_TRITON_LIBRARY",
     "HOPPER_KERNEL",
     "HOPPER_LIBRARY",
     "KERNEL",
@@ -58,7 +60,11 @@ LIBRARY = "xpuruntime Triton"
 #: in the inputs' dtype. Lossy, so only a policy that pins or prefers it runs it: it is
 #: registered after ``xrt_flash``, which the automatic choice takes first.
 FP8_KERNEL = "xrt_flash_fp8"
-FP8_LIBRARY = "xpuruntime Triton fp8"
+#: Its registered library: two kernels run it (the run's detail, and ``ops.attention``'s
+#: record, name the one that ran).
+FP8_LIBRARY = "xpuruntime fp8 (Gluon on Hopper, Triton elsewhere)"
+FP8_TRITON_LIBRARY = "xpuruntime Triton fp8"
+FP8_HOPPER_LIBRARY = "xpuruntime Gluon fp8 (Hopper, warp-specialised)"
 #: The warp-specialised Hopper (sm_90) forward, in Gluon: registered before ``xrt_flash``, so
 #: the automatic choice takes it on an H100/H200 where it can run the call and passes to
 #: ``xrt_flash`` elsewhere (the decision's reason lists why it was passed over). Its backward

@@ -88,8 +88,12 @@ def _xrt_attn_quant_vt(
     stride_sb, stride_sh,
     seqlen, num_heads,
     HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, VARLEN: tl.constexpr,
+    HOPPER_ORDER: tl.constexpr,
 ):  # fmt: skip
-    """e4m3 value, transposed to (head_dim, seq) per head, divided by its channel scales."""
+    """e4m3 value, transposed to (head_dim, seq) per head, divided by its channel scales.
+    ``HOPPER_ORDER``: keys in the Gluon Hopper kernel's order within each group of 32 (key
+    16 b4 + 8 b3 + 4 b2 + 2 b1 + b0 at 16 b4 + 8 b2 + 4 b1 + 2 b3 + b0, its P operand's
+    register order; ``fp8.HOPPER_KEY_ORDER``)."""
     pid = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // num_heads
@@ -109,7 +113,9 @@ def _xrt_attn_quant_vt(
     x = tl.load(V + v_off + rows[:, None] * stride_vs + offs_d[None, :], mask=keep, other=0.0)
     scale = tl.load(VSCALE + b.to(tl.int64) * stride_sb + h * stride_sh + offs_d)
     y = (x.to(tl.float32) * (1.0 / scale)[None, :]).to(VT.dtype.element_ty)
-    tl.store(VT + t_off + offs_d[None, :] * stride_td + rows[:, None], y, mask=keep)
+    hopper_cols = (rows & ~31) | (rows & 0x11) | ((rows & 0x8) >> 2) | ((rows & 0x6) << 1)
+    cols = hopper_cols if HOPPER_ORDER else rows
+    tl.store(VT + t_off + offs_d[None, :] * stride_td + cols[:, None], y, mask=keep)
 
 
 @triton.jit

@@ -54,6 +54,63 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 LN2: gl.constexpr = gl.constexpr(0.6931471805599453)
+#: fp8: log2 of the probabilities' factor (p <= 2**P_SHIFT: e4m3's range, whose largest
+#: finite value is 448, keeps probabilities down to 2**-17 instead of flushing those below
+#: 2**-9), as :mod:`._fp8_kernels` does it.
+P_SHIFT: gl.constexpr = gl.constexpr(8.0)
+
+
+def _exp2_asm(pack: int) -> str:
+    """PTX for 2**x of ``pack`` float32 values: the first ``pack - 1`` on the special-function
+    unit (``ex2.approx``), the last on the FMA pipe (FlashAttention-4's trick, here on Hopper).
+
+    The special-function unit does 16 exponentials a clock per SM against 128 FMAs, so where
+    a block's GEMMs are short (fp8) the softmax's exponentials take as long as they do;
+    moving one in ``pack`` to the FMA pipe shortens the softmax. There: x clamped to -126
+    (2**-126 is below every probability that counts, and keeps the exponent field from
+    wrapping), j = round(x) by the 1.5 * 2**23 trick (whose sum's low bits are j itself),
+    f = x - j in [-0.5, 0.5], 2**f by a cubic (minimax relative error 7.5e-5, under the
+    rounding of every dtype P is converted to), and j added to the exponent field. Only for
+    finite x (unmasked blocks): -inf would give 2**-126, not 0."""
+    n = pack
+    mufu = "".join(f"ex2.approx.ftz.f32 ${i}, ${n + i};\n" for i in range(n - 1))
+    return (
+        "{\n.reg .f32 x, t, j, f, p;\n.reg .b32 tb, pb;\n"
+        f"max.ftz.f32 x, ${2 * n - 1}, 0fC2FC0000;\n"  # -126
+        "add.rn.ftz.f32 t, x, 0f4B400000;\n"  # 1.5 * 2**23
+        "sub.rn.ftz.f32 j, t, 0f4B400000;\n"
+        "sub.rn.ftz.f32 f, x, j;\n"
+        "fma.rn.ftz.f32 p, f, 0f3D61FB53, 0f3E786EE6;\n"  # 0.0551713, 0.2426105
+        "fma.rn.ftz.f32 p, p, f, 0f3F31798D;\n"  # 0.6932610
+        "fma.rn.ftz.f32 p, p, f, 0f3F7FFB4A;\n"  # 0.9999281
+        "mov.b32 tb, t;\nshl.b32 tb, tb, 23;\nmov.b32 pb, p;\nadd.s32 pb, pb, tb;\n"
+        f"mov.b32 ${n - 1}, pb;\n{mufu}}}"
+    )
+
+
+_EXP2_ONE_IN_4: gl.constexpr = gl.constexpr(_exp2_asm(4))
+_CONSTRAINTS_4: gl.constexpr = gl.constexpr(",".join(["=f"] * 4 + ["f"] * 4))
+
+
+#: Four float32 values to four e4m3 bytes of one register, first value in the low byte.
+_E4M3X4_ASM: gl.constexpr = gl.constexpr(
+    "{\n.reg .b16 lo, hi;\n"
+    "cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1;\n"
+    "cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3;\n"
+    "mov.b32 $0, {lo, hi};\n}"
+)
+
+
+@gluon.jit
+def _exp2(x, EXP_EMU: gl.constexpr):
+    """2**x of finite ``x``; with ``EXP_EMU`` one value in four on the FMA pipe
+    (:func:`_exp2_asm`), else all on the special-function unit."""
+    if EXP_EMU:
+        return gl.inline_asm_elementwise(
+            _EXP2_ONE_IN_4, _CONSTRAINTS_4, [x], dtype=gl.float32, is_pure=True, pack=4
+        )
+    else:
+        return gl.exp2(x)
 
 
 @gluon.jit
@@ -93,11 +150,14 @@ def _turn_pass(turn_bars, WG: gl.constexpr, NUM_WG: gl.constexpr, PINGPONG: gl.c
 
 @gluon.jit
 def _softmax(
-    s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL: gl.constexpr, MASKED: gl.constexpr
-):
+    s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL: gl.constexpr, MASKED: gl.constexpr,
+    EXP_EMU: gl.constexpr, P_SHIFT: gl.constexpr = 0.0,
+):  # fmt: skip
     """One online-softmax step on a score tile, as ``_kernels._fwd_blocks`` does it:
     returns P (float32, unnormalised), the rescale factor of the older blocks, and the new
-    running max and sum (base 2)."""
+    running max and sum (base 2). ``EXP_EMU``: see :func:`_exp2` (unmasked blocks only).
+    ``P_SHIFT``: P is ``2**P_SHIFT`` times the probability (the fp8 kernel's range), and so
+    is the sum; the running max is not shifted."""
     if MASKED:
         keep = gl.expand_dims(cols, 0) < seqlen_k
         if CAUSAL:
@@ -106,14 +166,41 @@ def _softmax(
         m_ij = gl.maximum(m_i, gl.max(qk, 1))
         # A row with no visible key so far keeps m = -inf; subtract 0 instead (no NaN).
         m_ij = gl.where(m_ij == float("-inf"), 0.0, m_ij)
-        qk = qk - gl.expand_dims(m_ij, 1)
+        p = gl.exp2(qk - gl.expand_dims(m_ij - P_SHIFT, 1))
     else:
         m_ij = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-        qk = s * qk_scale - gl.expand_dims(m_ij, 1)
-    p = gl.exp2(qk)
+        p = _exp2(s * qk_scale - gl.expand_dims(m_ij - P_SHIFT, 1), EXP_EMU)
     alpha = gl.exp2(m_i - m_ij)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, alpha, m_ij, l_i
+
+
+@gluon.jit
+def _p_operand(p, dtype: gl.constexpr, layout: gl.constexpr):
+    """P (float32, the S accumulator's layout) as the register A operand of P·V in ``dtype``.
+
+    16-bit: the accumulator's registers already hold what the operand needs (two values per
+    32-bit register). fp8: the operand wants four consecutive keys per register, k = 16h +
+    4t + i for lane t % 4, while the accumulator holds keys 8c + 2t + e; moving them across
+    lanes costs shuffles and byte permutes per block. Instead P's keys are relabelled within
+    each 32-key group, key 8c + 2t + e becoming k = 16(c >> 1) + 4t + 2(c & 1) + e, which is
+    a register renaming, and the value's keys are stored in the same order
+    (:func:`.fp8.HOPPER_KEY_ORDER`), so the sum over k is unchanged."""
+    if dtype.primitive_bitwidth == 8:
+        M: gl.constexpr = p.shape[0]
+        N: gl.constexpr = p.shape[1]
+        # key = 32 g + 16 b4 + 8 b3 + 4 b2 + 2 b1 + b0  ->  k = 32 g + 16 b4 + 8 b2 + 4 b1 + 2 b3 + b0
+        x = gl.reshape(p, [M, N // 32, 2, 2, 2, 2, 2])
+        x = gl.permute(x, [0, 1, 2, 4, 5, 3, 6])
+        # Renamed in float32 (no data moves), then converted: four consecutive keys of a row
+        # per register, packed by the conversion itself (Triton's own cast would unpack the
+        # bytes and insert them back one by one).
+        x = gl.convert_layout(gl.reshape(x, [M, N]), layout)
+        return gl.inline_asm_elementwise(
+            _E4M3X4_ASM, "=r,r,r,r,r", [x], dtype=gl.float8e4nv, is_pure=True, pack=4
+        )
+    else:
+        return gl.convert_layout(p.to(dtype), layout)
 
 
 @gluon.jit
@@ -202,12 +289,23 @@ def _tiles(seqlen_q, batch_heads, BLOCK_M: gl.constexpr, PERSISTENT: gl.constexp
 @gluon.jit
 def _consumer_blocks(
     lo, hi, ring0, turn0, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn_bars,
-    acc, p, alpha, m_i, l_i, s_init, rows, offs_n, seqlen_k, qk_scale,
+    acc, p, alpha, m_i, l_i, s_init, rows, offs_n, seqlen_k, qk_scale, ks_row,
     WG: gl.constexpr, NUM_WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
     CAUSAL: gl.constexpr, MASKED: gl.constexpr, PINGPONG: gl.constexpr,
+    EXP_EMU: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_LAYOUT: gl.constexpr,
+    P_F32: gl.constexpr,
 ):  # fmt: skip
     """Key blocks ``lo`` to ``hi`` (``lo >= 1``): S_j = Q K_jᵀ overlapped with O += P_{j-1} V_{j-1}.
-    Block ``j`` sits at ring position ``ring0 + j`` and GEMM round ``turn0 + j``."""
+    Block ``j`` sits at ring position ``ring0 + j`` and GEMM round ``turn0 + j``. fp8: block
+    ``j``'s scores scale by its key scale too (``ks_row``: this head's, one per
+    ``K_SCALE_BLOCK`` keys), and the value tiles are transposed (fp8 wgmma reads K-major).
+
+    ``p`` is carried to the next block as P·V's operand (``P_LAYOUT``), or with ``P_F32``
+    (fp8) in float32, converted just before its GEMM: a loop-carried fp8 operand is held as
+    single bytes, unpacked and packed again (about a hundred byte permutes a block), which
+    the conversion in the same block avoids, for 48 more registers. (16-bit P carried in
+    float32 saves its 2-byte permutes too, but measured no faster on an H200.)"""
+    FP8: gl.constexpr = q.dtype.primitive_bitwidth == 8
     row_o: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
     for j in range(lo, hi):
         it = ring0 + j
@@ -218,19 +316,27 @@ def _consumer_blocks(
         s_tok = warpgroup_mma(
             q, k_smem.index(slot).permute((1, 0)), s_init, use_acc=False, is_async=True
         )
+        if FP8:  # its load waits behind the GEMM
+            block_scale = qk_scale * gl.load(ks_row + (j * BLOCK_N) // K_SCALE_BLOCK)
+            v_op = v_smem.index(prev).permute((1, 0))
+        else:
+            block_scale = qk_scale
+            v_op = v_smem.index(prev)
         # Rescale the older blocks' sum while S_j runs, then queue P_{j-1} V_{j-1} behind it.
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+        p_op = _p_operand(p, q.dtype, P_LAYOUT) if P_F32 else p
         mbarrier.wait(v_ready.index(prev), ((it - 1) // NUM_STAGES) & 1)
-        o_tok = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
+        o_tok = warpgroup_mma(p_op, v_op, acc, is_async=True)
         _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
         _release(k_empty.index(slot))
         p_new, alpha, m_i, l_i = _softmax(
-            s, m_i, l_i, rows, j * BLOCK_N + offs_n, seqlen_k, qk_scale, CAUSAL, MASKED
-        )
+            s, m_i, l_i, rows, j * BLOCK_N + offs_n, seqlen_k, block_scale, CAUSAL, MASKED,
+            EXP_EMU, P_SHIFT if FP8 else 0.0,
+        )  # fmt: skip
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
         _release(v_empty.index(prev))
-        p = gl.convert_layout(p_new.to(p.dtype), p.type.layout)
+        p = p_new if P_F32 else _p_operand(p_new, p.dtype, P_LAYOUT)
     return acc, p, alpha, m_i, l_i
 
 
@@ -257,30 +363,39 @@ def _store_rows(
 @gluon.jit
 def _consumer(
     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready, v_empty,
-    turn_bars, o_desc, Out, LSE, CU_Q, CU_K, stride_os, stride_oh, stride_lh, seqlen_q,
-    seqlen_k, num_heads, batch_heads, section, qk_scale,
+    turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, stride_os, stride_oh, stride_lh,
+    seqlen_q, seqlen_k, num_heads, group, batch_heads, section, q_blocks, k_blocks, qk_scale,
     WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M_WG: gl.constexpr,
     BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
     PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr, VARLEN: gl.constexpr,
+    EXP_EMU: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_F32: gl.constexpr,
 ):  # fmt: skip
     """Consumer warpgroup ``WG``: for each work item, its BLOCK_M_WG query rows against every
-    key block. The ring position and GEMM round run on across work items (as the producer's)."""
+    key block. The ring position and GEMM round run on across work items (as the producer's).
+    fp8 (e4m3 tiles): the scores scale by the query block's scale (``QS``, one per
+    BLOCK_M_WG rows: ``q_blocks`` per head) and the key block's (``KS``: ``k_blocks`` per
+    key/value head), the output by the value's channel scales (``VS``)."""
     dtype: gl.constexpr = q_smem.dtype
+    FP8: gl.constexpr = dtype.primitive_bitwidth == 8
     BLOCK_M: gl.constexpr = NUM_WG * BLOCK_M_WG
+    # wgmma's K per instruction is 32 bytes: 16 elements of 16 bits, 32 of fp8.
+    K_INSTR: gl.constexpr = 256 // dtype.primitive_bitwidth
     mma_s: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, K_INSTR]
     )
     mma_o: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, K_INSTR]
     )
-    # P as the register A operand of P·V: the S accumulator's registers, two 16-bit per 32.
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
+    # P as the register A operand of P·V: the S accumulator's registers, 32 bits of P each.
+    p_layout: gl.constexpr = gl.DotOperandLayout(
+        operand_index=0, parent=mma_o, k_width=32 // dtype.primitive_bitwidth
+    )
     row_s: gl.constexpr = gl.SliceLayout(1, mma_s)
     row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
     offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_s))
     s_init = gl.zeros([BLOCK_M_WG, BLOCK_N], gl.float32, layout=mma_s)
     q = q_smem.index(WG)
-    o_buf = o_smem.index(WG)  # the query tile itself unless PERSISTENT
+    o_buf = o_smem.index(WG)  # the query tile itself unless PERSISTENT or fp8
 
     ring0 = 0
     count = 0
@@ -302,6 +417,18 @@ def _consumer(
             m_i = gl.full([BLOCK_M_WG], float("-inf"), gl.float32, layout=row_s)
             l_i = gl.zeros([BLOCK_M_WG], gl.float32, layout=row_s)
             acc = gl.zeros([BLOCK_M_WG, HEAD_DIM], gl.float32, layout=mma_o)
+            if FP8:
+                # This head's key scales, and the query block's scale folded into the scores'.
+                ks_row = KS + (bh // group).to(gl.int64) * k_blocks
+                # (A warpgroup whose rows all lie past the end reads the last block's scale;
+                # its rows are never stored.)
+                q_block = gl.minimum(row0 // BLOCK_M_WG, q_blocks - 1)
+                qk_scale_wg = qk_scale * gl.load(QS + bh.to(gl.int64) * q_blocks + q_block)
+                scale0 = qk_scale_wg * gl.load(ks_row)
+            else:
+                ks_row = KS  # unused
+                qk_scale_wg = qk_scale
+                scale0 = qk_scale
             mbarrier.wait(q_bars.index(WG), count & 1)
 
             # Key block 0: S_0 and its softmax (masked: it may hold the causal diagonal or
@@ -316,21 +443,24 @@ def _consumer(
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
             _release(k_empty.index(slot0))
             p32, alpha, m_i, l_i = _softmax(
-                s, m_i, l_i, rows, offs_n, len_k, qk_scale, CAUSAL, True
-            )
-            p = gl.convert_layout(p32.to(dtype), p_layout)
+                s, m_i, l_i, rows, offs_n, len_k, scale0, CAUSAL, True, EXP_EMU,
+                P_SHIFT if FP8 else 0.0,
+            )  # fmt: skip
+            # P_F32: converted before its GEMM (see _consumer_blocks).
+            p = p32 if P_F32 else _p_operand(p32, dtype, p_layout)
 
             # Blocks every row sees in full (no mask), then the causal diagonal and the end.
             acc, p, alpha, m_i, l_i = _consumer_blocks(
                 1, n_full, ring0, turn0, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
-                turn_bars, acc, p, alpha, m_i, l_i, s_init, rows, offs_n, len_k, qk_scale,
-                WG, NUM_WG, BLOCK_N, NUM_STAGES, CAUSAL, False, PINGPONG,
+                turn_bars, acc, p, alpha, m_i, l_i, s_init, rows, offs_n, len_k, qk_scale_wg,
+                ks_row, WG, NUM_WG, BLOCK_N, NUM_STAGES, CAUSAL, False, PINGPONG, EXP_EMU,
+                K_SCALE_BLOCK, p_layout, P_F32,
             )  # fmt: skip
             acc, p, alpha, m_i, l_i = _consumer_blocks(
                 gl.maximum(n_full, 1), n_blocks, ring0, turn0, q, k_smem, v_smem, k_ready,
                 k_empty, v_ready, v_empty, turn_bars, acc, p, alpha, m_i, l_i, s_init, rows,
-                offs_n, len_k, qk_scale, WG, NUM_WG, BLOCK_N, NUM_STAGES, CAUSAL, True,
-                PINGPONG,
+                offs_n, len_k, qk_scale_wg, ks_row, WG, NUM_WG, BLOCK_N, NUM_STAGES, CAUSAL,
+                True, PINGPONG, EXP_EMU, K_SCALE_BLOCK, p_layout, P_F32,
             )  # fmt: skip
             if PERSISTENT:
                 # Every S GEMM of this item is done: the producer may load the next query tile.
@@ -341,7 +471,13 @@ def _consumer(
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
             mbarrier.wait(v_ready.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
             _turn_wait(turn_bars, turn0 + n_blocks, WG, PINGPONG)
-            o_tok = warpgroup_mma(p, v_smem.index(last % NUM_STAGES), acc, is_async=True)
+            if P_F32:
+                p = _p_operand(p, dtype, p_layout)
+            if FP8:
+                v_last = v_smem.index(last % NUM_STAGES).permute((1, 0))
+            else:
+                v_last = v_smem.index(last % NUM_STAGES)
+            o_tok = warpgroup_mma(p, v_last, acc, is_async=True)
             _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
             _release(v_empty.index(last % NUM_STAGES))
@@ -349,20 +485,28 @@ def _consumer(
             # A row that saw no key returns zeros and log-sum-exp -inf (as _kernels does).
             empty = l_i == 0.0
             l_safe = gl.where(empty, 1.0, l_i)
-            lse = gl.where(empty, float("-inf"), (m_i + gl.log2(l_safe)) * LN2)
+            if FP8:  # the sum carries P's factor 2**P_SHIFT
+                lse = gl.where(empty, float("-inf"), (m_i + gl.log2(l_safe) - P_SHIFT) * LN2)
+            else:
+                lse = gl.where(empty, float("-inf"), (m_i + gl.log2(l_safe)) * LN2)
             if VARLEN:  # (heads, total_q)
                 lse_ptrs = LSE + h.to(gl.int64) * stride_lh + q_start + rows
             else:  # (batch, heads, seqlen_q)
                 lse_ptrs = LSE + bh.to(gl.int64) * seqlen_q + rows
             gl.store(lse_ptrs, lse, mask=rows < len_q)
             out = acc * gl.expand_dims(gl.convert_layout(1.0 / l_safe, row_o), 1)
+            if FP8:  # the value's channel scales
+                channels = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, mma_o))
+                v_scale = gl.load(VS + (bh // group).to(gl.int64) * HEAD_DIM + channels)
+                out = out * gl.expand_dims(v_scale, 0)
             if PERSISTENT:
                 # The previous item's output store must have left the staging tile (its
                 # issuing thread waits; the barrier holds the other warps until it has).
                 tma.store_wait(pendings=0)
                 gl.thread_barrier()
-            # Without PERSISTENT the staging tile is the query tile, free since the last wgmma.
-            o_buf.store(out.to(dtype))
+            # Without PERSISTENT (and fp8) the staging tile is the query tile, free since the
+            # last wgmma.
+            o_buf.store(out.to(o_buf.dtype))
             if VARLEN:
                 # Packed: the descriptor spans every sequence, so a tile that runs past this
                 # one's end is stored row by row (the dense descriptor clips at the end).
@@ -398,8 +542,10 @@ def _producer(
     ring (whose position runs on across items, so the next item's loads start as soon as
     slots free up). Packed sequences are rows of one (1, heads, total, head_dim) view: a
     tile that runs past its sequence's end reads the next one's rows (or zeros past the
-    last), which the consumers mask (keys) or never store (queries)."""
+    last), which the consumers mask (keys) or never store (queries). fp8 values come
+    transposed, (batch, heads, head_dim, seq)."""
     BLOCK_M: gl.constexpr = NUM_WG * BLOCK_M_WG
+    FP8: gl.constexpr = q_desc.dtype.primitive_bitwidth == 8
     ring0 = 0
     count = 0
     first, end, step = _tiles(seqlen_q, batch_heads, BLOCK_M, PERSISTENT)
@@ -444,11 +590,12 @@ def _producer(
                 )
                 mbarrier.wait(v_empty.index(slot), phase ^ 1)
                 mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+                if FP8:
+                    v_at = [d_b, kv_h, 0, k_start + j * BLOCK_N]
+                else:
+                    v_at = [d_b, kv_h, k_start + j * BLOCK_N, 0]
                 tma.async_copy_global_to_shared(
-                    v_desc,
-                    [d_b, kv_h, k_start + j * BLOCK_N, 0],
-                    v_ready.index(slot),
-                    _box(v_smem.index(slot), v_desc),
+                    v_desc, v_at, v_ready.index(slot), _box(v_smem.index(slot), v_desc)
                 )
             ring0 += n_blocks
             count += 1  # live items only: the query barriers' phase
@@ -456,12 +603,14 @@ def _producer(
 
 @gluon.jit
 def _xrt_attn_fwd_hopper(
-    q_desc, k_desc, v_desc, o_desc, Out, LSE, CU_Q, CU_K, stride_os, stride_oh, stride_lh,
-    seqlen_q, seqlen_k, num_heads, group, batch_heads, section, qk_scale,
+    q_desc, k_desc, v_desc, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, stride_os, stride_oh,
+    stride_lh, seqlen_q, seqlen_k, num_heads, group, batch_heads, section, q_blocks, k_blocks,
+    qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_M_WG: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, NUM_WG: gl.constexpr,
-    PERSISTENT: gl.constexpr, VARLEN: gl.constexpr,
+    PERSISTENT: gl.constexpr, VARLEN: gl.constexpr, EXP_EMU: gl.constexpr,
+    K_SCALE_BLOCK: gl.constexpr, P_F32: gl.constexpr,
 ):  # fmt: skip
     """Launch with num_warps=4 (the first consumer warpgroup; the other ``NUM_WG - 1`` and
     the producer warp are worker partitions). Without ``PERSISTENT`` one CTA per
@@ -477,22 +626,44 @@ def _xrt_attn_fwd_hopper(
     output for the row-by-row store of a tile that ends past its sequence, and the
     log-sum-exp is (heads, total_q) with head stride ``stride_lh``. Dense calls leave those
     three unused. Packed calls run without ``PERSISTENT`` (a 2-D grid over the longest
-    sequence's query tiles)."""
+    sequence's query tiles).
+
+    fp8 (descriptors of e4m3 query and key, and of the value transposed, (batch, kv_heads,
+    head_dim, seqlen_k), as fp8 wgmma reads both operands K-major; the output descriptor's
+    dtype is the output's): ``QS`` holds (batch x heads, ``q_blocks``) query scales, one per
+    BLOCK_M_WG rows; ``KS`` (batch x kv_heads, ``k_blocks``) key scales, one per
+    ``K_SCALE_BLOCK`` keys (a multiple of BLOCK_N); ``VS`` (batch x kv_heads, HEAD_DIM) the
+    value's channel scales, all float32 and contiguous. Dense only. 16-bit calls leave them
+    unused. ``EXP_EMU``: one exponential in four on the FMA pipe. ``P_F32``:
+    P carried between blocks in float32 (:func:`_consumer_blocks`; fp8 needs it)."""
     gl.static_assert(not (PERSISTENT and VARLEN), "packed batches run non-persistent")
     dtype: gl.constexpr = q_desc.dtype
+    bits: gl.constexpr = dtype.primitive_bitwidth
+    FP8: gl.constexpr = bits == 8
+    gl.static_assert(not (FP8 and VARLEN), "fp8 takes dense batches")
+    gl.static_assert(P_F32 or not FP8, "fp8 carries P in float32")
+    gl.static_assert(not FP8 or K_SCALE_BLOCK % BLOCK_N == 0, "key scales span whole blocks")
 
     # 2-D tiles with the descriptors' swizzle: TMA fills them through a 4-D view (``_box``).
-    tile_q: gl.constexpr = gl.NVMMASharedLayout(q_desc.layout.swizzle_byte_width, 16)
-    tile_kv: gl.constexpr = gl.NVMMASharedLayout(k_desc.layout.swizzle_byte_width, 16)
+    tile_q: gl.constexpr = gl.NVMMASharedLayout(q_desc.layout.swizzle_byte_width, bits)
+    tile_kv: gl.constexpr = gl.NVMMASharedLayout(k_desc.layout.swizzle_byte_width, bits)
+    tile_v: gl.constexpr = gl.NVMMASharedLayout(v_desc.layout.swizzle_byte_width, bits)
+    tile_o: gl.constexpr = gl.NVMMASharedLayout(
+        o_desc.layout.swizzle_byte_width, o_desc.dtype.primitive_bitwidth
+    )
     q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, BLOCK_M_WG, HEAD_DIM], tile_q)
-    if PERSISTENT:
-        # Its own output staging tiles: the next query tiles load while this item finishes,
-        # and the output store need not complete before the next item starts.
-        o_smem = gl.allocate_shared_memory(dtype, [NUM_WG, BLOCK_M_WG, HEAD_DIM], tile_q)
+    if PERSISTENT or FP8:
+        # Its own output staging tiles: persistent, the next query tiles load while this item
+        # finishes, and the output store need not complete before the next item starts; fp8,
+        # the output is 16-bit.
+        o_smem = gl.allocate_shared_memory(o_desc.dtype, [NUM_WG, BLOCK_M_WG, HEAD_DIM], tile_o)
     else:
         o_smem = q_smem
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], tile_kv)
-    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], tile_kv)
+    if FP8:
+        v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, HEAD_DIM, BLOCK_N], tile_v)
+    else:
+        v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], tile_v)
     bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
     q_bars = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], bar_layout)
     q_empty = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], bar_layout)
@@ -521,17 +692,19 @@ def _xrt_attn_fwd_hopper(
             [
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, stride_os, stride_oh, stride_lh,
-                    seqlen_q, seqlen_k, num_heads, batch_heads, section, qk_scale, 0, NUM_WG,
-                    HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT,
-                    VARLEN,
+                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, stride_os,
+                    stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group, batch_heads,
+                    section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, HEAD_DIM, BLOCK_M_WG,
+                    BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, VARLEN, EXP_EMU,
+                    K_SCALE_BLOCK, P_F32,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, stride_os, stride_oh, stride_lh,
-                    seqlen_q, seqlen_k, num_heads, batch_heads, section, qk_scale, 1, NUM_WG,
-                    HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT,
-                    VARLEN,
+                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, stride_os,
+                    stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group, batch_heads,
+                    section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, HEAD_DIM, BLOCK_M_WG,
+                    BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, VARLEN, EXP_EMU,
+                    K_SCALE_BLOCK, P_F32,
                 )),
                 (_producer, (
                     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,
@@ -549,24 +722,27 @@ def _xrt_attn_fwd_hopper(
             [
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, stride_os, stride_oh, stride_lh,
-                    seqlen_q, seqlen_k, num_heads, batch_heads, section, qk_scale, 0, NUM_WG,
-                    HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT,
-                    VARLEN,
+                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, stride_os,
+                    stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group, batch_heads,
+                    section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, HEAD_DIM, BLOCK_M_WG,
+                    BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, VARLEN, EXP_EMU,
+                    K_SCALE_BLOCK, P_F32,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, stride_os, stride_oh, stride_lh,
-                    seqlen_q, seqlen_k, num_heads, batch_heads, section, qk_scale, 1, NUM_WG,
-                    HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT,
-                    VARLEN,
+                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, stride_os,
+                    stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group, batch_heads,
+                    section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, HEAD_DIM, BLOCK_M_WG,
+                    BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, VARLEN, EXP_EMU,
+                    K_SCALE_BLOCK, P_F32,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, stride_os, stride_oh, stride_lh,
-                    seqlen_q, seqlen_k, num_heads, batch_heads, section, qk_scale, 2, NUM_WG,
-                    HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT,
-                    VARLEN,
+                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, stride_os,
+                    stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group, batch_heads,
+                    section, q_blocks, k_blocks, qk_scale, 2, NUM_WG, HEAD_DIM, BLOCK_M_WG,
+                    BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, VARLEN, EXP_EMU,
+                    K_SCALE_BLOCK, P_F32,
                 )),
                 (_producer, (
                     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,

@@ -14,6 +14,12 @@ Two ways in:
   tensor is ``x8 · descale``. The value is transposed once (a copy of one byte per element);
   the output is bfloat16.
 
+Two kernels run it: on an H100/H200 (sm_90) the Gluon Hopper kernel
+(:mod:`._hopper_kernels` with e4m3 tiles: warp-specialised, ping-pong consumers, TMA), for
+dense batches at head sizes 64 and 128, with the query quantized beforehand (one scale per
+64 rows); elsewhere, and where it passes, the Triton kernel (:mod:`._fp8_kernels`), with the
+reason in the detail.
+
 Imported only when the kernel runs (it imports torch and Triton).
 """
 
@@ -22,7 +28,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -50,10 +56,32 @@ from xpuruntime.kernels.attention.tiles import (
 )
 from xpuruntime.runtime.errors import InvalidArgumentError
 
-__all__ = ["Quantized", "forward", "from_fp8", "quantize"]
+__all__ = [
+    "HOPPER_DETAIL",
+    "HOPPER_KEY_ORDER",
+    "Quantized",
+    "forward",
+    "from_fp8",
+    "quantize",
+    "sequential_value",
+]
 
 _LOG2E = 1.4426950408889634
 FP8 = torch.float8_e4m3fn
+#: How the detail begins when the Gluon Hopper kernel ran (the Triton one's: "triton fp8").
+HOPPER_DETAIL = "gluon hopper fp8 e4m3 forward"
+#: The Gluon Hopper kernel's key order in the transposed value: within each group of 32 keys,
+#: position k holds key ``HOPPER_KEY_ORDER[k]`` (its P operand's register order, so P needs
+#: no data movement between its GEMMs: ``_hopper_kernels._p_operand``).
+HOPPER_KEY_ORDER = tuple(
+    (k & 0x11) | ((k & 0x2) << 2) | ((k & 0x4) >> 1) | ((k & 0x8) >> 1) for k in range(32)
+)
+#: Keys per group of that order; the transposed value's rows are padded to a multiple.
+_KEY_GROUP = 32
+#: Below this many keys the Triton kernel ran faster than the Gluon one on an H200 (bf16
+#: inputs at hd128: 0.85x at 2048 keys, 0.97x at 4096, 1.03-1.07x from 8192;
+#: docs/attention.md), so the Gluon kernel takes calls from here.
+HOPPER_MIN_KEYS = 8192
 
 
 @dataclass(frozen=True)
@@ -79,6 +107,9 @@ class Quantized:
     block: int = FP8_SCALE_BLOCK
     #: How the scales were drawn, for the decision detail and the execution record.
     scaling: str = ""
+    #: ``vt``'s key order: "sequential" (the Triton kernel's) or "hopper"
+    #: (:data:`HOPPER_KEY_ORDER`, the Gluon Hopper kernel's, chosen where it will run).
+    key_order: str = "sequential"
 
 
 @functools.cache
@@ -109,6 +140,48 @@ def _interpreted() -> bool:
         return False
     _fix_interpreter_fp8_casts()
     return True
+
+
+def _padded_keys(seq: int) -> int:
+    return -(-seq // _KEY_GROUP) * _KEY_GROUP
+
+
+def _transposed_value(shape: tuple[int, ...], device: torch.device, hopper: bool) -> torch.Tensor:
+    """An e4m3 buffer for the transposed value, ``shape`` ending in (head_dim, seq): its rows
+    padded in memory (not in the view) to a multiple of 32 keys, so they start 16-byte
+    aligned for TMA and hold whole groups of the Hopper key order; with ``hopper`` the last
+    group's padding is zero (its P weights are 0 there, and 0 · garbage may be NaN)."""
+    seq = shape[-1]
+    padded = torch.empty((*shape[:-1], _padded_keys(seq)), dtype=FP8, device=device)
+    if hopper and seq % _KEY_GROUP:
+        padded[..., seq // _KEY_GROUP * _KEY_GROUP :].view(torch.uint8).zero_()
+    return padded[..., :seq]
+
+
+def _whole_groups(vt: torch.Tensor) -> torch.Tensor:
+    """``vt`` with its padding in view: whole groups of 32 keys."""
+    return vt.as_strided((*vt.shape[:-1], _padded_keys(vt.shape[-1])), vt.stride())
+
+
+@functools.lru_cache(maxsize=64)
+def _positions(device: torch.device, seq: int) -> torch.Tensor:
+    """Where each key 0..seq-1 sits in the Hopper key order (its group's start plus the
+    inverse of :data:`HOPPER_KEY_ORDER`)."""
+    inverse = [0] * _KEY_GROUP
+    for position, key in enumerate(HOPPER_KEY_ORDER):
+        inverse[key] = position
+    keys = torch.arange(seq)
+    table = torch.tensor(inverse)
+    return (keys - keys % _KEY_GROUP + table[keys % _KEY_GROUP]).to(device)
+
+
+def sequential_value(qz: Quantized) -> torch.Tensor:
+    """``qz.vt`` in sequential key order (a copy where it is in the Hopper order)."""
+    if qz.key_order == "sequential":
+        return qz.vt
+    seq = qz.vt.shape[-1]
+    data = _whole_groups(qz.vt).view(torch.uint8)
+    return data.index_select(-1, _positions(qz.vt.device, seq)).view(FP8)
 
 
 def _vt_strides(vt: torch.Tensor, packed: bool) -> tuple[int, int, int]:
@@ -166,22 +239,27 @@ def quantize(
     varlen: Varlen | None = None,
     stream: int | None = None,
     block: int = FP8_SCALE_BLOCK,
+    key_order: Literal["auto", "sequential"] = "auto",
 ) -> Quantized:
     """e4m3 copies of float16/bfloat16 ``k`` (per-block scales of ``block`` rows of one head)
     and ``v`` (per-channel scales, transposed); ``q`` stays as it is, for the attention kernel
-    to quantize per tile."""
-    _interpreted()  # applies the interpreter's float8 fix before a CPU run
+    to quantize per tile. ``key_order``: the value's, "auto" for the kernel that will take
+    the call (the Gluon one's on an H100/H200), "sequential" for the Triton kernel's."""
+    interpreted = _interpreted()  # applies the interpreter's float8 fix before a CPU run
     q, k, v = (_inner_contiguous(x) for x in (q, k, v))
     g = _geometry(q, k, layout, varlen)
     cu_k = None if varlen is None else varlen.cu_seqlens_k
+    # The value in the key order of the kernel that will run it.
+    hopper = (
+        key_order == "auto" and not interpreted and not _hopper_reason(q.device, g, varlen, block)
+    )
     with on_device(q.device, stream):
         k8, k_scale, v_scale = _quantize_key(k, v, layout, cu_k, g, block)
         if layout == "thd":
-            vt = torch.empty((g.kv_heads, g.head_dim, v.shape[0]), dtype=FP8, device=v.device)
+            vt = _transposed_value((g.kv_heads, g.head_dim, v.shape[0]), v.device, hopper)
         else:
-            vt = torch.empty(
-                (g.batch, g.kv_heads, g.head_dim, g.seqlen_k), dtype=FP8, device=v.device
-            )
+            shape = (g.batch, g.kv_heads, g.head_dim, g.seqlen_k)
+            vt = _transposed_value(shape, v.device, hopper)
         sv = _strides(v, layout)
         if g.seqlen_k > 0 and g.batch * g.kv_heads > 0:
             _launch(
@@ -192,9 +270,11 @@ def quantize(
                 *_vt_strides(vt, layout == "thd"), v_scale.stride(0), v_scale.stride(1),
                 g.seqlen_k, g.kv_heads,
                 HEAD_DIM=g.head_dim, BLOCK=block, VARLEN=varlen is not None,
+                HOPPER_ORDER=hopper,
             )  # fmt: skip
     scaling = f"scales: query per row, key per {block} rows, value per channel"
-    return Quantized(q, k8, vt, None, k_scale, v_scale, q.dtype, block, scaling)
+    order = "hopper" if hopper else "sequential"
+    return Quantized(q, k8, vt, None, k_scale, v_scale, q.dtype, block, scaling, order)
 
 
 def _descale(
@@ -244,14 +324,119 @@ def from_fp8(
     q_scale = qd.repeat_interleave(group, 1)[:, :, None]
     k_scale = kd[:, :, None]
     v_scale = vd[:, :, None].expand(-1, -1, g.head_dim)
-    if layout == "thd":
-        vt = v.permute(1, 2, 0).contiguous()
+    source = (
+        v.permute(1, 2, 0)
+        if layout == "thd"
+        else (v.permute(0, 2, 3, 1) if layout == "bshd" else v.transpose(2, 3))
+    )
+    hopper = not _interpreted() and not _hopper_reason(q.device, g, varlen, FP8_SCALE_BLOCK)
+    vt = _transposed_value(tuple(source.shape), v.device, hopper)
+    if hopper:
+        positions = _positions(v.device, source.shape[-1])
+        _whole_groups(vt).view(torch.uint8).index_copy_(-1, positions, source.view(torch.uint8))
     else:
-        vt = (v.permute(0, 2, 3, 1) if layout == "bshd" else v.transpose(2, 3)).contiguous()
+        vt.copy_(source)
     scaling = "e4m3 inputs, descale per " + (
         "tensor" if all(d.numel() == 1 for d in descale) else "(batch, key/value head)"
     )
-    return Quantized(q, k, vt, q_scale, k_scale, v_scale, torch.bfloat16, scaling=scaling)
+    return Quantized(
+        q, k, vt, q_scale, k_scale, v_scale, torch.bfloat16, scaling=scaling,
+        key_order="hopper" if hopper else "sequential",
+    )  # fmt: skip
+
+
+def _view_bhsd(x: torch.Tensor, layout: Layout) -> torch.Tensor:
+    """(batch, heads, seq, head_dim) view of a dense tensor."""
+    return x.transpose(1, 2) if layout == "bshd" else x
+
+
+def _hopper_reason(device: torch.device, g: _Geometry, varlen: Varlen | None, block: int) -> str:
+    """'' when the Gluon Hopper fp8 kernel can take a call of this geometry on ``device``,
+    else why not (the detail gives it on an H100/H200 only: elsewhere the Triton kernel is
+    the only one)."""
+    from xpuruntime.kernels.attention import hopper, support
+    from xpuruntime.kernels.attention.launch import _capability
+
+    if _capability(device) != (9, 0):
+        return "not an sm_90 GPU"
+    if varlen is not None:
+        return "it takes dense batches; packed sequences (cu_seqlens) run the Triton kernel"
+    if g.head_dim not in hopper.FP8_HEAD_DIMS:
+        sizes = ", ".join(map(str, hopper.FP8_HEAD_DIMS))
+        return (
+            f"it takes head size {sizes}, not {g.head_dim} (elsewhere the Triton kernel "
+            "measured as fast or faster)"
+        )
+    if g.seqlen_k < HOPPER_MIN_KEYS:
+        return f"below {HOPPER_MIN_KEYS} keys ({g.seqlen_k}) the Triton kernel measured faster"
+    if block % 128:
+        return f"key scales per {block} rows do not cover its key blocks of 128"
+    return support._missing_gluon()
+
+
+def _hopper_call_reason(
+    qz: Quantized, g: _Geometry, layout: Layout, varlen: Varlen | None, tiles: TileConfig | None
+) -> str:
+    """'' when the Gluon Hopper fp8 kernel takes this call, else why not."""
+    from xpuruntime.kernels.attention import hopper
+
+    if tiles is not None:
+        return "tiles were given, which are the Triton kernel's"
+    reason = _hopper_reason(qz.q.device, g, varlen, qz.block)
+    if reason:
+        return reason
+    if qz.key_order != "hopper":
+        return "the value was quantized in the Triton kernel's key order"
+    views = (_view_bhsd(qz.q, layout), _view_bhsd(qz.k, layout))
+    if qz.q.dtype == FP8 and not all(hopper.tma_addressable(x) for x in views):
+        return "an input's strides are not 16-byte aligned (TMA cannot address it)"
+    return ""
+
+
+def _hopper_forward(
+    qz: Quantized,
+    g: _Geometry,
+    layout: Layout,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool,
+    scale: float,
+) -> str:
+    """Run the Gluon Hopper fp8 kernel (a float16/bfloat16 query quantized first, one
+    scale per 64 rows); returns the detail."""
+    from xpuruntime.kernels.attention import hopper
+
+    q_blocks = _cdiv(g.seqlen_q, hopper.FP8_QUERY_BLOCK)
+    if qz.q_scale is None:
+        q8 = torch.empty(qz.q.shape, dtype=FP8, device=qz.q.device)
+        q_scale = torch.empty((g.batch, g.heads, q_blocks), dtype=torch.float32, device=q8.device)
+        sq, s8 = _strides(qz.q, layout), _strides(q8, layout)
+        _launch(
+            _fp8_kernels._xrt_attn_quant_rows, (q_blocks, g.batch * g.heads),
+            _quant_tiles(hopper.FP8_QUERY_BLOCK, g.head_dim), q8.device,
+            qz.q, q8, q_scale, qz.q, q_scale, qz.q,
+            sq.batch, sq.seq, sq.head, s8.batch, s8.seq, s8.head,
+            q_scale.stride(0), q_scale.stride(1), 0, 0, 0, 0, 0, 0, g.seqlen_q, g.heads,
+            HEAD_DIM=g.head_dim, BLOCK=hopper.FP8_QUERY_BLOCK, VARLEN=False, VALUE_MAX=False,
+        )  # fmt: skip
+        query = "query per 64 rows"
+    else:
+        q8 = qz.q
+        q_scale = qz.q_scale.expand(g.batch, g.heads, q_blocks).contiguous()
+        query = ""
+    k_blocks = _cdiv(g.seqlen_k, qz.block)
+    scales = hopper.Fp8Scales(
+        q=q_scale,
+        k=qz.k_scale.expand(g.batch, g.kv_heads, k_blocks).contiguous(),
+        v=qz.v_scale.expand(g.batch, g.kv_heads, g.head_dim).contiguous(),
+        k_block=qz.block,
+    )
+    config = hopper.hopper_fp8_forward(
+        _view_bhsd(q8, layout), _view_bhsd(qz.k, layout), _whole_groups(qz.vt), scales,
+        causal=causal, scale=scale, out=_view_bhsd(out, layout), lse=lse,
+    )  # fmt: skip
+    scaling = qz.scaling.replace("query per row", query) if query else qz.scaling
+    return f"{HOPPER_DETAIL} (warp-specialised, {config.name}) ({scaling})"
 
 
 def _scale_strides(x: torch.Tensor) -> tuple[int, int, int]:
@@ -287,6 +472,15 @@ def forward(
     _check_offsets("key", k, sk, g.seqlen_k)
     if g.batch * g.heads == 0 or g.seqlen_q == 0:
         return out, lse.fill_(float("-inf")), "empty input"
+    from xpuruntime.kernels.attention.launch import _capability
+
+    hopper_reason = ""
+    if not _interpreted() and _capability(q.device) == (9, 0):
+        hopper_reason = _hopper_call_reason(qz, g, layout, varlen, tiles)
+        if not hopper_reason:
+            with on_device(q.device, stream):
+                return out, lse, _hopper_forward(qz, g, layout, out, lse, causal, scale)
+    vt = sequential_value(qz)
     cu_q = varlen.cu_seqlens_q if varlen else q  # unused pointer when dense
     cu_k = varlen.cu_seqlens_k if varlen else q
     vs = qz.v_scale
@@ -313,8 +507,6 @@ def forward(
             launch(tiles)
             detail = tiles.describe() + " (given)"
         else:
-            from xpuruntime.kernels.attention.launch import _capability
-
             options = tuple(
                 t
                 for t in (
@@ -340,4 +532,7 @@ def forward(
                 _length_bucket(g.seqlen_q, g.seqlen_k),
             )
             detail = _run_tiled(key, options, launch, q.device)
-    return out, lse, f"triton fp8 e4m3 forward ({qz.scaling}) {detail}"
+    passed_over = (
+        f"; the Gluon Hopper fp8 kernel passed over: {hopper_reason}" if hopper_reason else ""
+    )
+    return out, lse, f"triton fp8 e4m3 forward ({qz.scaling}) {detail}{passed_over}"

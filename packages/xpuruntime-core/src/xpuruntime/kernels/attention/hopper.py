@@ -12,10 +12,15 @@ GEMMs, ping-pong; ``np``: they issue freely). The optional flags, in this order:
   covers 3 x rows query rows;
 - ``p``: persistent: one CTA per SM (at most) loops over the work items, causal ones
   longest-first, heads in L2-sized sections; the ring runs on across items and the output
-  is staged in its own shared-memory tiles, so the next item's loads overlap this one's end.
+  is staged in its own shared-memory tiles, so the next item's loads overlap this one's end;
+- ``e4``: one exponential of the softmax in 4 computed on the FMA pipe by a polynomial
+  instead of the special-function unit (``_hopper_kernels._exp2``), where the softmax's
+  exponentials, not the GEMMs, bound a block (fp8; at head size 64 in 16 bits it measured
+  slower, see docs/attention.md).
 
-E.g. ``m64n128s2pp_w3p``. ``XPURUNTIME_HOPPER_ATTENTION_VARIANT`` overrides the default per
-head size, so one GPU run can time them all.
+E.g. ``m64n128s2pp_w3p``, ``m64n128s3pp_e4``. ``XPURUNTIME_HOPPER_ATTENTION_VARIANT``
+overrides the default per head size, so one GPU run can time them all (and
+``XPURUNTIME_HOPPER_FP8_VARIANT`` the fp8 kernel's: :func:`fp8_variant`).
 """
 
 from __future__ import annotations
@@ -33,11 +38,15 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "FP8_HEAD_DIMS",
     "HEAD_DIMS",
     "VARIANT_ENV",
+    "Fp8Scales",
     "Variant",
     "hopper_attention_forward",
+    "hopper_fp8_forward",
     "parse_variant",
+    "tma_addressable",
     "variant_names",
 ]
 
@@ -62,6 +71,8 @@ class Variant:
     pingpong: bool
     num_wg: int = 2
     persistent: bool = False
+    #: One exponential in four on the FMA pipe.
+    exp_emu: bool = False
     producer_regs: int = 24
 
     @property
@@ -77,15 +88,21 @@ class Variant:
     @property
     def name(self) -> str:
         schedule = "pp" if self.pingpong else "np"
-        flags = ("w3" if self.num_wg == 3 else "") + ("p" if self.persistent else "")
+        flags = (
+            ("w3" if self.num_wg == 3 else "")
+            + ("p" if self.persistent else "")
+            + ("e4" if self.exp_emu else "")
+        )
         return f"m{self.block_m_wg}n{self.block_n}s{self.num_stages}{schedule}" + (
             f"_{flags}" if flags else ""
         )
 
-    def smem_bytes(self, head_dim: int) -> int:
-        """Shared memory of the tiles (16-bit elements; the mbarriers add a few bytes)."""
-        q_tiles = self.num_wg * self.block_m_wg * head_dim * (2 if self.persistent else 1)
-        return 2 * (q_tiles + 2 * self.num_stages * self.block_n * head_dim)
+    def smem_bytes(self, head_dim: int, element_size: int = 2) -> int:
+        """Shared memory of the tiles (the mbarriers add a few bytes); fp8 (``element_size``
+        1) stages its 16-bit output in tiles of its own."""
+        q_tile = self.num_wg * self.block_m_wg * head_dim
+        out_tiles = 2 * q_tile if (self.persistent or element_size == 1) else 0
+        return element_size * (q_tile + 2 * self.num_stages * self.block_n * head_dim) + out_tiles
 
 
 #: Candidates per head size, default first. All compile for sm_90a without spills
@@ -102,19 +119,32 @@ _VARIANTS: dict[int, tuple[str, ...]] = {
 }  # fmt: skip
 HEAD_DIMS = tuple(_VARIANTS)
 
+#: fp8 (e4m3) candidates, default first: the same kernel with e4m3 tiles (P carried in
+#: float32). Its GEMMs take half the tensor-core time of 16-bit ones, so the softmax's
+#: exponentials bound a block (hence ``e4``, 1-4 % faster on an H200), and three ring stages
+#: keep the copy engine ahead (the fastest at 8192 keys and more, full and causal). Two
+#: consumer warpgroups of 64 rows (the query scales are per 64 rows), not persistent. Head
+#: size 128 only: at 64 the Triton fp8 kernel was as fast or faster at every length timed
+#: on an H200 (docs/attention.md).
+_FP8_VARIANTS: dict[int, tuple[str, ...]] = {
+    128: ("m64n128s3pp_e4", "m64n128s2pp_e4", "m64n128s2np_e4", "m64n128s2pp", "m64n128s2np"),
+}  # fmt: skip
+FP8_HEAD_DIMS = tuple(_FP8_VARIANTS)
 
-def variant_names(head_dim: int) -> tuple[str, ...]:
-    """The candidate variants of ``head_dim``, default first."""
-    return _VARIANTS[head_dim]
+
+def variant_names(head_dim: int, *, fp8: bool = False) -> tuple[str, ...]:
+    """The candidate variants of ``head_dim`` (of the fp8 kernel with ``fp8``), default
+    first."""
+    return _FP8_VARIANTS[head_dim] if fp8 else _VARIANTS[head_dim]
 
 
 def parse_variant(name: str) -> Variant:
     """``m64n128s2pp_w3p`` -> Variant(64, 128, 2, pingpong=True, num_wg=3, persistent=True)."""
-    match = re.fullmatch(r"m(\d+)n(\d+)s(\d+)(pp|np)(?:_(?=.)(w3)?(p)?)?", name.strip())
+    match = re.fullmatch(r"m(\d+)n(\d+)s(\d+)(pp|np)(?:_(?=.)(w3)?(p)?(e4)?)?", name.strip())
     if match is None:
         raise InvalidArgumentError(
             f"hopper attention variant {name!r} is not of the form "
-            "m<rows>n<keys>s<stages>pp|np[_[w3][p]]"
+            "m<rows>n<keys>s<stages>pp|np[_[w3][p][e4]]"
         )
     rows, keys, stages = (int(match.group(i)) for i in (1, 2, 3))
     if rows not in (64, 128) or keys not in (64, 128, 192, 256) or stages not in (2, 3, 4):
@@ -129,17 +159,22 @@ def parse_variant(name: str) -> Variant:
         match.group(4) == "pp",
         num_wg=3 if match.group(5) else 2,
         persistent=bool(match.group(6)),
+        exp_emu=bool(match.group(7)),
     )
 
 
-#: Causal defaults where they differ from the head size's first candidate: three consumer
-#: warpgroups (192 query rows a CTA) win on full attention at head size 64 but lose on causal
-#: (measured on the H100: 0.61x cuDNN at S2048 against 0.82x with two).
+#: Causal defaults where they differ from the head size's first candidate, below
+#: :data:`_CAUSAL_LONG_KEYS` keys: three consumer warpgroups (192 query rows a CTA) win on
+#: full attention at head size 64 but lose on short causal sequences (H100: 0.61x cuDNN at
+#: S2048 against 0.82x with two; H200: 0.63x against 0.81x), and win again on long ones
+#: (H200: 1.09x against 0.98x at S8192, 1.08x against 1.04x at S16384).
 _CAUSAL_DEFAULTS = {64: "m64n128s2pp"}
+_CAUSAL_LONG_KEYS = 8192
 
 
-def _variant(head_dim: int, given: str | None, causal: bool = False) -> Variant:
-    default = (causal and _CAUSAL_DEFAULTS.get(head_dim)) or _VARIANTS[head_dim][0]
+def _variant(head_dim: int, given: str | None, causal: bool = False, seqlen_k: int = 0) -> Variant:
+    short_causal = causal and seqlen_k < _CAUSAL_LONG_KEYS
+    default = (short_causal and _CAUSAL_DEFAULTS.get(head_dim)) or _VARIANTS[head_dim][0]
     return _checked_variant(head_dim, given or os.environ.get(VARIANT_ENV) or default)
 
 
@@ -209,7 +244,7 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: bool = Fal
         )
 
 
-def _tma_addressable(x: torch.Tensor) -> bool:
+def tma_addressable(x: torch.Tensor) -> bool:
     """Whether TMA can address the tensor: unit-stride head dimension, 16-byte aligned base
     and strides."""
     size = x.element_size()
@@ -219,7 +254,7 @@ def _tma_addressable(x: torch.Tensor) -> bool:
 
 def _tma_ready(x: torch.Tensor) -> torch.Tensor:
     """The tensor itself when TMA can address it, else a contiguous copy."""
-    return x if _tma_addressable(x) else x.contiguous()
+    return x if tma_addressable(x) else x.contiguous()
 
 
 def _check_out(out: torch.Tensor, q: torch.Tensor) -> None:
@@ -276,22 +311,24 @@ def _capability(device_index: int) -> tuple[int, int]:
 
 
 @functools.cache
-def _shared_layout(row_bytes: int) -> Any:
-    """The tiles' shared-memory layout for rows of ``row_bytes`` (both dtypes are 16-bit: the
-    swizzle depends only on a row's bytes, NVMMA's default); built once, as building it
+def _shared_layout(row_bytes: int, bits: int) -> Any:
+    """The tiles' shared-memory layout for rows of ``row_bytes`` of ``bits``-bit elements
+    (the swizzle depends only on a row's bytes, NVMMA's default); built once, as building it
     validates it."""
     from triton.experimental.gluon import language as gl
 
     swizzle = 128 if row_bytes % 128 == 0 else 64 if row_bytes % 64 == 0 else 32
-    return gl.NVMMASharedLayout(swizzle_byte_width=swizzle, element_bitwidth=16, rank=4)
+    return gl.NVMMASharedLayout(swizzle_byte_width=swizzle, element_bitwidth=bits, rank=4)
 
 
-def _descriptor(x: torch.Tensor, rows: int) -> Any:
+def _descriptor(x: torch.Tensor, rows: int, cols: int | None = None) -> Any:
+    """A TMA descriptor over the 4-D ``x`` in boxes of ``rows`` x ``cols`` (default: the whole
+    last dimension) of one (batch, head)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    head_dim = x.shape[3]
-    layout = _shared_layout(head_dim * x.element_size())
-    return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, rows, head_dim], layout)
+    cols = x.shape[3] if cols is None else cols
+    layout = _shared_layout(cols * x.element_size(), 8 * x.element_size())
+    return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, rows, cols], layout)
 
 
 @functools.cache
@@ -335,9 +372,21 @@ def _int_key(value: int) -> tuple[bool, bool, bool]:
     return value == 1, value % 16 == 0, -(2**31) <= value < 2**31
 
 
-#: (variant, head size, dtype, causal, packed, device, the integer arguments' and the
-#: pointers' specialisations) -> the compiled kernel Triton's JIT chose for them.
+#: (variant, head size, dtype, output dtype, causal, packed, device, the integer arguments'
+#: and the pointers' specialisations) -> the compiled kernel Triton's JIT chose for them.
 _compiled: dict[tuple[Any, ...], Any] = {}
+
+
+@dataclass(frozen=True)
+class Fp8Scales:
+    """The fp8 kernel's float32 scales, contiguous: ``q`` (batch, heads, query blocks of
+    64 rows), ``k`` (batch, kv_heads, key blocks of ``k_block`` rows), ``v`` (batch,
+    kv_heads, head_dim); real = e4m3 value · scale."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    k_block: int
 
 
 def _launch(
@@ -351,9 +400,12 @@ def _launch(
     causal: bool,
     scale: float,
     cu_seqlens: tuple[torch.Tensor, torch.Tensor] | None,
+    fp8: Fp8Scales | None = None,
 ) -> None:
     """Launch on the current stream. ``q``, ``k``, ``v`` and ``out`` are 4-D (batch, heads,
-    seq, head_dim) views, (1, heads, total, head_dim) when ``cu_seqlens`` is given. The first
+    seq, head_dim) views, (1, heads, total, head_dim) when ``cu_seqlens`` is given; with
+    ``fp8`` the inputs are e4m3 and ``v`` is transposed, (batch, kv_heads, head_dim, seq).
+    The first
     call of its kind goes through Triton's JIT (which compiles, caches and launches); later
     ones launch the compiled kernel it returned directly, skipping the JIT's per-call argument
     binding and cache-key work (about half of the launcher's host time on the H100 host).
@@ -366,15 +418,17 @@ def _launch(
     fn = _hopper_kernels._xrt_attn_fwd_hopper
     grid, section = _grid(config, d, q.element_size(), q.device.index)
     cu_q, cu_k = cu_seqlens if cu_seqlens is not None else (out, out)  # unused when dense
-    pointers = (out, lse, cu_q, cu_k)
+    scales = (fp8.q, fp8.k, fp8.v) if fp8 is not None else (lse, lse, lse)  # unused: 16-bit
+    pointers = (out, lse, cu_q, cu_k, *scales)
     integers = (
         out.stride(2), out.stride(1), lse.stride(-2), d.seqlen_q, d.seqlen_k, d.heads,
         d.heads // d.kv_heads, d.batch * d.heads, section,
+        fp8.q.shape[2] if fp8 is not None else 0, fp8.k.shape[2] if fp8 is not None else 0,
     )  # fmt: skip
     values = (
         _descriptor(q, config.block_m_wg),
         _descriptor(k, config.block_n),
-        _descriptor(v, config.block_n),
+        _descriptor(v, d.head_dim, config.block_n) if fp8 else _descriptor(v, config.block_n),
         _descriptor(out, config.block_m_wg),
         *pointers,
         *integers,
@@ -392,9 +446,13 @@ def _launch(
         "NUM_WG": config.num_wg,
         "PERSISTENT": config.persistent,
         "VARLEN": cu_seqlens is not None,
+        "EXP_EMU": config.exp_emu,
+        "P_F32": fp8 is not None,
+        "K_SCALE_BLOCK": fp8.k_block if fp8 is not None else config.block_n,
     }
     key = (
-        config, d.head_dim, q.dtype, causal, cu_seqlens is not None, q.device.index,
+        config, d.head_dim, q.dtype, out.dtype, causal, cu_seqlens is not None, q.device.index,
+        constants["K_SCALE_BLOCK"],
         tuple(_int_key(i) for i in integers), tuple(p.data_ptr() % 16 == 0 for p in pointers),
     )  # fmt: skip
     kernel = _compiled.get(key)
@@ -473,7 +531,7 @@ def hopper_attention_forward(
         return x.transpose(0, 1).unsqueeze(0) if packed else x
 
     scale = 1.0 / math.sqrt(d.head_dim) if scale is None else float(scale)
-    config = _variant(d.head_dim, variant, causal)
+    config = _variant(d.head_dim, variant, causal, d.seqlen_k)
     if packed and config.persistent:
         # Packed batches run the variant's non-persistent twin: the persistent work list would
         # give every (sequence, head) as many query tiles as the longest sequence (empty ones
@@ -488,7 +546,7 @@ def hopper_attention_forward(
         q4, k4, v4 = (_tma_ready(view(x)) for x in (q, k, v))
         # The kernel's output: the caller's tensor when TMA can address it, else one with the
         # query's (TMA-ready) strides, copied into ``out`` afterwards.
-        if out is not None and _tma_addressable(view(out)):
+        if out is not None and tma_addressable(view(out)):
             target = out
         elif packed:
             target = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -514,3 +572,61 @@ def hopper_attention_forward(
         if target is not out:
             out.copy_(target)
     return out, lse
+
+
+FP8_VARIANT_ENV = "XPURUNTIME_HOPPER_FP8_VARIANT"
+#: Query rows per scale of the fp8 kernel: one consumer warpgroup's tile.
+FP8_QUERY_BLOCK = 64
+
+
+def fp8_variant(head_dim: int, given: str | None = None) -> Variant:
+    """The fp8 kernel's variant: ``given``, else ``XPURUNTIME_HOPPER_FP8_VARIANT``, else the
+    head size's first candidate; checked against what the fp8 kernel takes."""
+    name = given or os.environ.get(FP8_VARIANT_ENV) or _FP8_VARIANTS[head_dim][0]
+    config = parse_variant(name)
+    if config.block_m_wg != FP8_QUERY_BLOCK or config.persistent or config.num_wg != 2:
+        raise InvalidArgumentError(
+            f"hopper fp8 attention variant {name!r}: the query scales are per "
+            f"{FP8_QUERY_BLOCK} rows, so a consumer warpgroup takes {FP8_QUERY_BLOCK} rows "
+            "(m64); the fp8 kernel runs two consumer warpgroups (three spill) and is not "
+            "persistent"
+        )
+    if config.smem_bytes(head_dim, 1) > _SMEM_LIMIT:
+        raise InvalidArgumentError(
+            f"hopper fp8 attention variant {name!r} needs {config.smem_bytes(head_dim, 1)} "
+            f"bytes of shared memory at head size {head_dim}; a CTA has {_SMEM_LIMIT}"
+        )
+    return config
+
+
+def hopper_fp8_forward(
+    q8: torch.Tensor,
+    k8: torch.Tensor,
+    vt8: torch.Tensor,
+    scales: Fp8Scales,
+    *,
+    causal: bool,
+    scale: float,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    variant: str | None = None,
+) -> Variant:
+    """Attention on e4m3 inputs into ``out`` and ``lse``; returns the variant that ran.
+
+    ``q8`` (batch, heads, seqlen_q, head_dim) and ``k8`` (batch, kv_heads, seqlen_k,
+    head_dim) are e4m3 views whose last dimension is contiguous; ``vt8`` is the value
+    transposed, (batch, kv_heads, head_dim, seqlen_k) with the sequence contiguous (fp8
+    wgmma reads both operands K-major); all TMA-addressable (:func:`tma_addressable`).
+    ``out`` is the (batch, heads, seqlen_q, head_dim) 16-bit output view, ``lse`` float32
+    (batch, heads, seqlen_q). The caller (:func:`.fp8.forward`) has checked the device
+    (sm_90), shapes and scales; this picks the variant and launches on the current
+    stream."""
+    d = _Dims(q8.shape[0], q8.shape[1], k8.shape[1], q8.shape[2], k8.shape[2], q8.shape[3])
+    config = fp8_variant(d.head_dim, variant)
+    if scales.k_block % config.block_n:
+        raise InvalidArgumentError(
+            f"hopper fp8 attention: key scales per {scales.k_block} rows do not cover whole "
+            f"key blocks of {config.block_n} (variant {config.name})"
+        )
+    _launch(config, d, q8, k8, vt8, out, lse, causal, scale, None, scales)
+    return config

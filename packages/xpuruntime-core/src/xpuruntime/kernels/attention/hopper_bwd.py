@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xpuruntime.kernels.attention.hopper import _check, _descriptor, _tma_addressable, _tma_ready
+from xpuruntime.kernels.attention.hopper import _check, _descriptor, _tma_ready, tma_addressable
 from xpuruntime.runtime.errors import InvalidArgumentError, UnsupportedOperationError
 
 if TYPE_CHECKING:
@@ -194,7 +194,7 @@ def _gradient_like(x: torch.Tensor) -> torch.Tensor:
     import torch
 
     grad = torch.empty_like(x)
-    return grad if _tma_addressable(grad) else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return grad if tma_addressable(grad) else torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
 def hopper_attention_backward(
