@@ -433,7 +433,7 @@ def test_hopper_key_order_is_the_kernels_and_round_trips() -> None:
 
     order = fp8.HOPPER_KEY_ORDER
     assert sorted(order) == list(range(32))
-    # _fp8_kernels._xrt_attn_quant_vt stores key c at this position (HOPPER_ORDER).
+    # _fp8_kernels._xrt_attn_quant_vt stores each key at this position (HOPPER_ORDER).
     for key in range(32):
         position = (key & 0x11) | ((key & 0x8) >> 2) | ((key & 0x6) << 1)
         assert order[position] == key
@@ -447,3 +447,5 @@ def test_hopper_key_order_is_the_kernels_and_round_trips() -> None:
     qz = fp8.Quantized(ones, ones, vt, None, ones, ones, torch.bfloat16, key_order="hopper")
     back = fp8.sequential_value(qz)
     assert torch.equal(back.view(torch.uint8), source.view(torch.uint8))
+    with pytest.raises(InvalidArgumentError, match="key_order must be"):
+        fp8.Quantized(ones, ones, vt, None, ones, ones, torch.bfloat16, key_order="gluon")  # type: ignore[arg-type]

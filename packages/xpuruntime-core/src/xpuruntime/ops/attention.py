@@ -248,9 +248,12 @@ def attention(
         out, lse, detail = fp8.forward(
             quantized, causal=causal, scale=scale, layout=kind, varlen=varlen, stream=handle
         )
-        # The decision names the kernel the policy chose; the library is the one that ran.
-        ran = FP8_HOPPER_LIBRARY if detail.startswith(fp8.HOPPER_DETAIL) else FP8_TRITON_LIBRARY
-        decision = (decision[0], decision[1], ran, *decision[3:])
+        # The decision names the kernel the policy chose; the library is the one that ran (none
+        # for an empty input: the registered name stays).
+        if detail.startswith(fp8.HOPPER_DETAIL):
+            decision = (decision[0], decision[1], FP8_HOPPER_LIBRARY, *decision[3:])
+        elif detail.startswith(fp8.TRITON_DETAIL):
+            decision = (decision[0], decision[1], FP8_TRITON_LIBRARY, *decision[3:])
     else:
         out, lse, detail = launch.forward(
             query, key, value, causal=causal, scale=scale, layout=kind, varlen=varlen,

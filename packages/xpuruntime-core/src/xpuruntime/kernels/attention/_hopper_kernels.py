@@ -185,7 +185,7 @@ def _p_operand(p, dtype: gl.constexpr, layout: gl.constexpr):
     lanes costs shuffles and byte permutes per block. Instead P's keys are relabelled within
     each 32-key group, key 8c + 2t + e becoming k = 16(c >> 1) + 4t + 2(c & 1) + e, which is
     a register renaming, and the value's keys are stored in the same order
-    (:func:`.fp8.HOPPER_KEY_ORDER`), so the sum over k is unchanged."""
+    (:data:`.fp8.HOPPER_KEY_ORDER`), so the sum over k is unchanged."""
     if dtype.primitive_bitwidth == 8:
         M: gl.constexpr = p.shape[0]
         N: gl.constexpr = p.shape[1]

@@ -16,9 +16,9 @@ Two ways in:
 
 Two kernels run it: on an H100/H200 (sm_90) the Gluon Hopper kernel
 (:mod:`._hopper_kernels` with e4m3 tiles: warp-specialised, ping-pong consumers, TMA), for
-dense batches at head sizes 64 and 128, with the query quantized beforehand (one scale per
-64 rows); elsewhere, and where it passes, the Triton kernel (:mod:`._fp8_kernels`), with the
-reason in the detail.
+dense batches at head size 128 from :data:`HOPPER_MIN_KEYS` keys, with the query quantized
+beforehand (one scale per 64 rows); elsewhere the Triton kernel (:mod:`._fp8_kernels`), with
+the reason the Gluon one passed in the detail on an H100/H200.
 
 Imported only when the kernel runs (it imports torch and Triton).
 """
@@ -36,6 +36,7 @@ from xpuruntime.kernels.attention import _fp8_kernels
 from xpuruntime.kernels.attention.launch import (
     Layout,
     Varlen,
+    _bhsd,
     _cdiv,
     _check_offsets,
     _Geometry,
@@ -59,6 +60,8 @@ from xpuruntime.runtime.errors import InvalidArgumentError
 __all__ = [
     "HOPPER_DETAIL",
     "HOPPER_KEY_ORDER",
+    "HOPPER_MIN_KEYS",
+    "TRITON_DETAIL",
     "Quantized",
     "forward",
     "from_fp8",
@@ -68,18 +71,26 @@ __all__ = [
 
 _LOG2E = 1.4426950408889634
 FP8 = torch.float8_e4m3fn
-#: How the detail begins when the Gluon Hopper kernel ran (the Triton one's: "triton fp8").
+#: How the detail begins when the Gluon Hopper kernel ran, and when the Triton one did.
 HOPPER_DETAIL = "gluon hopper fp8 e4m3 forward"
-#: The Gluon Hopper kernel's key order in the transposed value: within each group of 32 keys,
-#: position k holds key ``HOPPER_KEY_ORDER[k]`` (its P operand's register order, so P needs
-#: no data movement between its GEMMs: ``_hopper_kernels._p_operand``).
-HOPPER_KEY_ORDER = tuple(
-    (k & 0x11) | ((k & 0x2) << 2) | ((k & 0x4) >> 1) | ((k & 0x8) >> 1) for k in range(32)
-)
-#: Keys per group of that order; the transposed value's rows are padded to a multiple.
+TRITON_DETAIL = "triton fp8 e4m3 forward"
+#: Keys per group of the Gluon Hopper kernel's key order; the transposed value's rows are
+#: padded to a multiple.
 _KEY_GROUP = 32
+
+
+def _hopper_position(key: Any) -> Any:
+    """Where key ``key`` (an int, or an integer tensor) sits in the Gluon Hopper kernel's key
+    order: within its group of 32, key 16 b4 + 8 b3 + 4 b2 + 2 b1 + b0 at 16 b4 + 8 b2 +
+    4 b1 + 2 b3 + b0, its P operand's register order (``_hopper_kernels._p_operand``; the
+    value quantization kernel's store, ``_xrt_attn_quant_vt``, spells it out again in Triton)."""
+    return (key & ~31) | (key & 0x11) | ((key & 0x8) >> 2) | ((key & 0x6) << 1)
+
+
+#: That order as a table: position k of a group holds key ``HOPPER_KEY_ORDER[k]``.
+HOPPER_KEY_ORDER = tuple(sorted(range(_KEY_GROUP), key=_hopper_position))
 #: Below this many keys the Triton kernel ran faster than the Gluon one on an H200 (bf16
-#: inputs at hd128: 0.85x at 2048 keys, 0.97x at 4096, 1.03-1.07x from 8192;
+#: inputs at hd128: 0.85x at 2048 keys, 0.97x at 4096, 1.01-1.05x from 8192;
 #: docs/attention.md), so the Gluon kernel takes calls from here.
 HOPPER_MIN_KEYS = 8192
 
@@ -109,7 +120,13 @@ class Quantized:
     scaling: str = ""
     #: ``vt``'s key order: "sequential" (the Triton kernel's) or "hopper"
     #: (:data:`HOPPER_KEY_ORDER`, the Gluon Hopper kernel's, chosen where it will run).
-    key_order: str = "sequential"
+    key_order: Literal["sequential", "hopper"] = "sequential"
+
+    def __post_init__(self) -> None:
+        if self.key_order not in ("sequential", "hopper"):
+            raise InvalidArgumentError(
+                f"attention: key_order must be 'sequential' or 'hopper', not {self.key_order!r}"
+            )
 
 
 @functools.cache
@@ -163,16 +180,10 @@ def _whole_groups(vt: torch.Tensor) -> torch.Tensor:
     return vt.as_strided((*vt.shape[:-1], _padded_keys(vt.shape[-1])), vt.stride())
 
 
-@functools.lru_cache(maxsize=64)
 def _positions(device: torch.device, seq: int) -> torch.Tensor:
-    """Where each key 0..seq-1 sits in the Hopper key order (its group's start plus the
-    inverse of :data:`HOPPER_KEY_ORDER`)."""
-    inverse = [0] * _KEY_GROUP
-    for position, key in enumerate(HOPPER_KEY_ORDER):
-        inverse[key] = position
-    keys = torch.arange(seq)
-    table = torch.tensor(inverse)
-    return (keys - keys % _KEY_GROUP + table[keys % _KEY_GROUP]).to(device)
+    """Where each key 0..seq-1 sits in the Hopper key order (computed on the device)."""
+    positions: torch.Tensor = _hopper_position(torch.arange(seq, device=device))
+    return positions
 
 
 def sequential_value(qz: Quantized) -> torch.Tensor:
@@ -273,7 +284,7 @@ def quantize(
                 HOPPER_ORDER=hopper,
             )  # fmt: skip
     scaling = f"scales: query per row, key per {block} rows, value per channel"
-    order = "hopper" if hopper else "sequential"
+    order: Literal["sequential", "hopper"] = "hopper" if hopper else "sequential"
     return Quantized(q, k8, vt, None, k_scale, v_scale, q.dtype, block, scaling, order)
 
 
@@ -345,11 +356,6 @@ def from_fp8(
     )  # fmt: skip
 
 
-def _view_bhsd(x: torch.Tensor, layout: Layout) -> torch.Tensor:
-    """(batch, heads, seq, head_dim) view of a dense tensor."""
-    return x.transpose(1, 2) if layout == "bshd" else x
-
-
 def _hopper_reason(device: torch.device, g: _Geometry, varlen: Varlen | None, block: int) -> str:
     """'' when the Gluon Hopper fp8 kernel can take a call of this geometry on ``device``,
     else why not (the detail gives it on an H100/H200 only: elsewhere the Triton kernel is
@@ -369,8 +375,9 @@ def _hopper_reason(device: torch.device, g: _Geometry, varlen: Varlen | None, bl
         )
     if g.seqlen_k < HOPPER_MIN_KEYS:
         return f"below {HOPPER_MIN_KEYS} keys ({g.seqlen_k}) the Triton kernel measured faster"
-    if block % 128:
-        return f"key scales per {block} rows do not cover its key blocks of 128"
+    block_n = hopper.fp8_variant(g.head_dim).block_n  # a bad variant name raises here
+    if block % block_n:
+        return f"key scales per {block} rows do not cover its key blocks of {block_n}"
     return support._missing_gluon()
 
 
@@ -387,7 +394,9 @@ def _hopper_call_reason(
         return reason
     if qz.key_order != "hopper":
         return "the value was quantized in the Triton kernel's key order"
-    views = (_view_bhsd(qz.q, layout), _view_bhsd(qz.k, layout))
+    if qz.q_scale is not None and qz.q_scale.shape[2] != 1:
+        return "its e4m3 query takes one scale per (batch, head), not per row block"
+    views = (_bhsd(layout, qz.q), _bhsd(layout, qz.k))
     if qz.q.dtype == FP8 and not all(hopper.tma_addressable(x) for x in views):
         return "an input's strides are not 16-byte aligned (TMA cannot address it)"
     return ""
@@ -432,8 +441,8 @@ def _hopper_forward(
         k_block=qz.block,
     )
     config = hopper.hopper_fp8_forward(
-        _view_bhsd(q8, layout), _view_bhsd(qz.k, layout), _whole_groups(qz.vt), scales,
-        causal=causal, scale=scale, out=_view_bhsd(out, layout), lse=lse,
+        _bhsd(layout, q8), _bhsd(layout, qz.k), _whole_groups(qz.vt), scales,
+        causal=causal, scale=scale, out=_bhsd(layout, out), lse=lse,
     )  # fmt: skip
     scaling = qz.scaling.replace("query per row", query) if query else qz.scaling
     return f"{HOPPER_DETAIL} (warp-specialised, {config.name}) ({scaling})"
@@ -480,7 +489,6 @@ def forward(
         if not hopper_reason:
             with on_device(q.device, stream):
                 return out, lse, _hopper_forward(qz, g, layout, out, lse, causal, scale)
-    vt = sequential_value(qz)
     cu_q = varlen.cu_seqlens_q if varlen else q  # unused pointer when dense
     cu_k = varlen.cu_seqlens_k if varlen else q
     vs = qz.v_scale
@@ -503,6 +511,7 @@ def forward(
         )  # fmt: skip
 
     with on_device(q.device, stream):
+        vt = sequential_value(qz)  # on the stream that wrote it
         if tiles is not None:
             launch(tiles)
             detail = tiles.describe() + " (given)"
@@ -535,4 +544,4 @@ def forward(
     passed_over = (
         f"; the Gluon Hopper fp8 kernel passed over: {hopper_reason}" if hopper_reason else ""
     )
-    return out, lse, f"triton fp8 e4m3 forward ({qz.scaling}) {detail}{passed_over}"
+    return out, lse, f"{TRITON_DETAIL} ({qz.scaling}) {detail}{passed_over}"

@@ -615,13 +615,21 @@ def hopper_fp8_forward(
 
     ``q8`` (batch, heads, seqlen_q, head_dim) and ``k8`` (batch, kv_heads, seqlen_k,
     head_dim) are e4m3 views whose last dimension is contiguous; ``vt8`` is the value
-    transposed, (batch, kv_heads, head_dim, seqlen_k) with the sequence contiguous (fp8
-    wgmma reads both operands K-major); all TMA-addressable (:func:`tma_addressable`).
+    transposed, (batch, kv_heads, head_dim, keys) with the keys contiguous (fp8 wgmma reads
+    both operands K-major), **in the kernel's key order** (:data:`.fp8.HOPPER_KEY_ORDER`: a
+    value in sequential order gives wrong results) over whole groups of 32 keys, the
+    padding past ``seqlen_k`` zero (:func:`.fp8.quantize` and :func:`.fp8.from_fp8` write
+    it so); all TMA-addressable (:func:`tma_addressable`).
     ``out`` is the (batch, heads, seqlen_q, head_dim) 16-bit output view, ``lse`` float32
     (batch, heads, seqlen_q). The caller (:func:`.fp8.forward`) has checked the device
     (sm_90), shapes and scales; this picks the variant and launches on the current
     stream."""
     d = _Dims(q8.shape[0], q8.shape[1], k8.shape[1], q8.shape[2], k8.shape[2], q8.shape[3])
+    if vt8.shape[-1] % 32 or vt8.shape[-1] < d.seqlen_k:
+        raise InvalidArgumentError(
+            f"hopper fp8 attention: the transposed value must cover the {d.seqlen_k} keys in "
+            f"whole groups of 32 (fp8.quantize writes it so), got {vt8.shape[-1]}"
+        )
     config = fp8_variant(d.head_dim, variant)
     if scales.k_block % config.block_n:
         raise InvalidArgumentError(

@@ -112,6 +112,12 @@ def _geometry(q: torch.Tensor, k: torch.Tensor, layout: Layout, varlen: Varlen |
     )
 
 
+def _bhsd(layout: Layout, x: torch.Tensor) -> torch.Tensor:
+    """The (batch, heads, seq, head_dim) view the Gluon kernels take of a dense tensor (packed
+    (total, heads, dim) rows as they are)."""
+    return x.transpose(1, 2) if layout == "bshd" else x
+
+
 def _inner_contiguous(x: torch.Tensor) -> torch.Tensor:
     # The kernels address the head dimension with unit stride; other strides are free.
     return x if x.stride(-1) == 1 else x.contiguous()
@@ -391,11 +397,9 @@ def hopper_forward(
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
 
-    def bhsd(x: torch.Tensor) -> torch.Tensor:  # the kernel's (batch, heads, seq, dim) view
-        return x.transpose(1, 2) if layout == "bshd" else x
-
     _, lse = hopper.hopper_attention_forward(  # packed (total, heads, dim) rows as they are
-        bhsd(q), bhsd(k), bhsd(v), causal=causal, scale=scale, stream=stream, out=bhsd(out),
+        _bhsd(layout, q), _bhsd(layout, k), _bhsd(layout, v), causal=causal, scale=scale,
+        stream=stream, out=_bhsd(layout, out),
         cu_seqlens_q=None if varlen is None else varlen.cu_seqlens_q,
         cu_seqlens_k=None if varlen is None else varlen.cu_seqlens_k,
         max_seqlen_q=None if varlen is None else varlen.max_seqlen_q,
@@ -576,17 +580,15 @@ def hopper_backward(
         )  # fmt: skip
         return dq, dk, dv, f"{plan}; {detail}"
 
-    def bhsd(x: torch.Tensor) -> torch.Tensor:  # the kernel's (batch, heads, seq, dim) view
-        return x.transpose(1, 2) if layout == "bshd" else x
-
     grad_out, q, k, v, out = (_inner_contiguous(x) for x in (grad_out, q, k, v, out))
     grads = hopper_bwd.hopper_attention_backward(
-        bhsd(grad_out), bhsd(q), bhsd(k), bhsd(v), bhsd(out), lse,
+        _bhsd(layout, grad_out), _bhsd(layout, q), _bhsd(layout, k), _bhsd(layout, v),
+        _bhsd(layout, out), lse,
         causal=causal, scale=scale, deterministic=torch.are_deterministic_algorithms_enabled(),
         stream=stream,
     )  # fmt: skip
     # Its gradients keep the inputs' strides where TMA can store to them; the contract here
     # is contiguous in the layout (what the custom ops' fakes promise), so others are copied.
     with on_device(q.device, stream):
-        dq, dk, dv = (bhsd(g).contiguous() for g in grads)
+        dq, dk, dv = (_bhsd(layout, g).contiguous() for g in grads)
     return dq, dk, dv, plan
