@@ -1,8 +1,8 @@
-"""xrt_flash_fp8 (float8 e4m3 forward) against xrt_flash bf16, cuDNN SDPA and SDPA-flash.
+"""xrt_flash_fp8 (float8 e4m3 forward) against our fastest bf16 forward, cuDNN SDPA and SDPA-flash.
 
     python benchmarks/attention_fp8_bench.py [--quick] [--sweep] [--out DIR]
     python benchmarks/attention_fp8_bench.py --sanitize-calls   # tiny calls for compute-sanitizer
-    python benchmarks/attention_fp8_bench.py --profile-calls    # one fp8 and one cuDNN forward
+    python benchmarks/attention_fp8_bench.py --profile-calls    # the fp8 kernels and cuDNN
 
 The grid of benchmarks/attention_bench.py (bf16, 16k tokens per batch, hidden 2048: 16 heads
 of 128 or 32 of 64), forward only. For each case every implementation is timed in the same
@@ -323,23 +323,30 @@ def sanitize_calls() -> None:
 
 
 def profile_calls() -> None:
-    """One fp8 forward and one cuDNN forward between cudaProfilerStart/Stop (hd128 S4096
-    batch 4, 16 heads, full attention: attention_profile.py's case)."""
+    """The fp8 forwards (the Triton kernel, and on an H100/H200 the Gluon one too) and one
+    cuDNN forward between cudaProfilerStart/Stop (hd128 S4096 batch 4, 16 heads, full
+    attention: attention_profile.py's case)."""
     q, k, v = (torch.randn(4, 16, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    qz = fp8.quantize(q, k, v, layout="bhsd")
+    qz = fp8.quantize(q, k, v, layout="bhsd", key_order="sequential")
+    calls: list[Callable[[], Any]] = [
+        lambda: fp8.forward(qz, causal=False, scale=None, layout="bhsd")[0],
+        lambda: _sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, False),
+    ]
+    if HOPPER:
+        with _gluon_at_every_length():
+            qz_gluon = fp8.quantize(q, k, v, layout="bhsd")
 
-    def ours() -> Any:
-        return fp8.forward(qz, causal=False, scale=None, layout="bhsd")[0]
+        def gluon() -> Any:
+            with _gluon_at_every_length():
+                return fp8.forward(qz_gluon, causal=False, scale=None, layout="bhsd")[0]
 
-    def cudnn() -> Any:
-        return _sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, False)
-
-    for fn in (ours, cudnn):
+        calls.append(gluon)
+    for fn in calls:
         fn()
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
-    ours()
-    cudnn()
+    for fn in calls:
+        fn()
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU phase: xrt_flash_fp8 (float8 e4m3 forward). compute-sanitizer memcheck and racecheck
-# over tiny calls (every tile candidate, GQA/MQA, packed sequences with an empty one, e4m3
-# inputs), the benchmark against xrt_flash bf16, cuDNN and SDPA-flash (every fp8 tile
-# candidate timed too), and an Nsight Compute profile of one fp8 forward beside cuDNN's.
+# over tiny calls (every tile candidate and Gluon variant, GQA/MQA, packed sequences with an
+# empty one, e4m3 inputs), the benchmark against our fastest bf16 forward, cuDNN and
+# SDPA-flash (every fp8 tile candidate and Gluon variant timed too), and an Nsight Compute
+# profile of the fp8 forwards beside cuDNN's.
 # FP8_PARTS picks some of "sanitize bench profile" (default: all); FP8_BENCH_ARGS adds flags.
 set -uo pipefail
 LOGS=${1:-.}
