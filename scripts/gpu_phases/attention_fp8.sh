@@ -23,7 +23,10 @@ for part in ${FP8_PARTS:-sanitize bench profile}; do
         rc=$?
         echo "$tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/fp8_sanitize_$tool.log" | tail -1)"
         [ $rc -eq 0 ] || status=1
-      done ;;
+      done
+      # racecheck's reports: the Gluon kernels' warp-specialisation hand-off, or new.
+      python3 packages/xpuruntime-core/scripts/racecheck_triage.py \
+        "$LOGS/fp8_sanitize_racecheck.log" || status=1 ;;
     bench)
       # shellcheck disable=SC2086
       python3 "$SCRIPT" --out "$LOGS" ${FP8_BENCH_ARGS:-} 2>&1 | tee "$LOGS/fp8_bench.log" || status=1 ;;

@@ -3,7 +3,8 @@
 # Run from the repository root on a GPU machine with the core importable:
 #   bash packages/xpuruntime-core/scripts/attention_sanitize.sh
 # Each tool's log goes to $OUT (default ./device-out); the last line of each says
-# "ERROR SUMMARY: 0 errors" when clean. Exit status: non-zero if any tool found errors.
+# "ERROR SUMMARY: 0 errors" when clean. Exit status: non-zero if any tool found errors, or if
+# racecheck reported anything but the warp-specialisation hand-off (racecheck_triage.py).
 set -uo pipefail
 OUT=${OUT:-device-out}
 mkdir -p "$OUT"
@@ -19,4 +20,6 @@ for tool in memcheck racecheck; do
   echo "$tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
   [ $rc -eq 0 ] || status=1
 done
+# racecheck's reports: the Gluon kernels' warp-specialisation hand-off, or new (a failure).
+python3 "$(dirname "$0")/racecheck_triage.py" "$OUT/sanitize_racecheck.log" || status=1
 exit $status

@@ -1,0 +1,119 @@
+"""Sort a compute-sanitizer racecheck log into the known warp-specialisation hand-off and the rest.
+
+    python3 racecheck_triage.py LOG [LOG ...]
+
+Triton's ``gl.warp_specialize`` hands each worker warp its partition index and state through
+a small shared-memory slot: the workers' entry read (attributed to the kernel's ``def`` line)
+against the default warps' entry and exit writes (attributed to the ``def`` line and to the
+``gl.warp_specialize`` line), ordered by four CTA-wide ``BAR.SYNC 0x1`` on every path.
+racecheck reports it as a hazard in every Gluon kernel here; docs/attention.md explains why it
+is not a race. This script applies that triage rule mechanically: a report whose first access
+is a read at a Gluon kernel's ``def`` line and whose every paired access is a write at that
+``def`` line or at a ``gl.warp_specialize`` line of the same file is the hand-off; any other
+report is new and needs analysis.
+
+The line numbers are the source's as it ran, so run this in the checkout that ran the kernels
+(the GPU phases do, right after racecheck). Exit status: 0 when every report is the hand-off,
+1 when any is not (each printed), 2 when a log is missing or has no racecheck summary.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The Gluon kernels' sources, by the file name racecheck prints.
+SOURCES = {
+    path.name: path
+    for path in (Path(__file__).resolve().parents[1] / "src/xpuruntime/kernels/attention").glob(
+        "_hopper*_kernels.py"
+    )
+}
+
+_FIRST = re.compile(
+    r"Race reported between (Read|Write) access at (\w+)\+0x[0-9a-f]+ in ([\w.]+):(\d+)"
+)
+_PAIRED = re.compile(r"and (Read|Write) access at (\w+)\+0x[0-9a-f]+ in ([\w.]+):(\d+)")
+
+
+@dataclass(frozen=True)
+class Access:
+    kind: str
+    kernel: str
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Report:
+    first: Access
+    paired: tuple[Access, ...]
+
+
+def reports(text: str) -> list[Report]:
+    """The race reports of a racecheck log, each with its first and paired accesses."""
+    found: list[Report] = []
+    for block in re.split(r"\n(?==+ Error: Race reported)", text):
+        first = _FIRST.search(block)
+        if first is None:
+            continue
+        paired = tuple(Access(m[0], m[1], m[2], int(m[3])) for m in _PAIRED.findall(block))
+        found.append(Report(Access(*first.groups()[:3], int(first.group(4))), paired))
+    return found
+
+
+def _lines(file: str, kernel: str) -> tuple[int | None, set[int]]:
+    """The kernel's ``def`` line and the ``gl.warp_specialize`` lines of ``file``."""
+    source = SOURCES.get(file)
+    if source is None:
+        return None, set()
+    text = source.read_text().splitlines()
+    define = next((i for i, line in enumerate(text, 1) if line.startswith(f"def {kernel}(")), None)
+    specialise = {i for i, line in enumerate(text, 1) if "gl.warp_specialize(" in line}
+    return define, specialise
+
+
+def is_handoff(report: Report) -> bool:
+    """Whether the report is exactly the warp-specialisation hand-off (module docstring)."""
+    first = report.first
+    define, specialise = _lines(first.file, first.kernel)
+    if define is None or first.kind != "Read" or first.line != define or not report.paired:
+        return False
+    return all(
+        access.kind == "Write"
+        and access.kernel == first.kernel
+        and access.file == first.file
+        and access.line in {define, *specialise}
+        for access in report.paired
+    )
+
+
+def main(paths: list[str]) -> int:
+    if not paths:
+        print(__doc__)
+        return 2
+    status = 0
+    for path in paths:
+        log = Path(path)
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        if "RACECHECK SUMMARY" not in text:
+            print(f"{path}: no racecheck summary (missing, cut short, or not a racecheck log)")
+            status = max(status, 2)
+            continue
+        found = reports(text)
+        new = [r for r in found if not is_handoff(r)]
+        print(
+            f"{path}: {len(found)} reports, {len(found) - len(new)} the warp-specialisation "
+            f"hand-off, {len(new)} new"
+        )
+        for report in new:
+            status = max(status, 1)
+            where = ", ".join(f"{a.kind} {a.file}:{a.line}" for a in report.paired)
+            print(f"  NEW: {report.first.kind} {report.first.file}:{report.first.line} vs {where}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

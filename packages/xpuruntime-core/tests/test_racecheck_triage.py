@@ -1,0 +1,80 @@
+"""scripts/racecheck_triage.py: the known warp-specialisation hand-off against anything new.
+
+The logs are written here in compute-sanitizer's format with the current source's line
+numbers (the hand-off's shape is fixed by Triton; the line numbers move with the source)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "racecheck_triage.py"
+SUMMARY = "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)\n"
+
+
+def _triage() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("racecheck_triage", SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _report(kernel: str, file: str, first: tuple[str, int], *paired: tuple[str, int]) -> str:
+    lines = [
+        f"========= Error: Race reported between {first[0]} access at {kernel}+0x180 in "
+        f"{file}:{first[1]}"
+    ]
+    lines += [
+        f"=========     and {kind} access at {kernel}+0x9d90 in {file}:{line} [39 hazards]"
+        for kind, line in paired
+    ]
+    return "\n".join(lines) + "\n=========\n"
+
+
+def _lines(triage: ModuleType, file: str, kernel: str) -> tuple[int, int]:
+    define, specialise = triage._lines(file, kernel)
+    assert define is not None, f"{kernel} in {file}"
+    assert specialise, file
+    return define, min(specialise)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "file"),
+    [
+        ("_xrt_attn_fwd_hopper", "_hopper_kernels.py"),
+        ("_xrt_attn_bwd_fused_hopper", "_hopper_bwd_kernels.py"),
+    ],
+)
+def test_the_handoff_is_known_and_anything_else_is_new(
+    kernel: str, file: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    triage = _triage()
+    define, specialise = _lines(triage, file, kernel)
+    known = _report(kernel, file, ("Read", define), ("Write", define), ("Write", specialise))
+    log = tmp_path / "racecheck.log"
+    log.write_text("========= COMPUTE-SANITIZER\n" + known + SUMMARY)
+    assert triage.main([str(log)]) == 0
+    assert "1 reports, 1 the warp-specialisation hand-off, 0 new" in capsys.readouterr().out
+    # A write elsewhere in the kernel (our code), or a read-read pair, is new.
+    for other in (
+        _report(kernel, file, ("Read", define), ("Write", define), ("Write", define + 40)),
+        _report(kernel, file, ("Write", define), ("Write", specialise)),
+        _report(kernel, file, ("Read", define + 1), ("Write", define)),
+    ):
+        log.write_text(known + other + SUMMARY)
+        assert triage.main([str(log)]) == 1
+        assert "NEW:" in capsys.readouterr().out
+
+
+def test_a_log_without_a_summary_is_an_error(tmp_path: Path) -> None:
+    triage = _triage()
+    cut = tmp_path / "cut.log"
+    cut.write_text("========= COMPUTE-SANITIZER\n")
+    assert triage.main([str(cut), str(tmp_path / "missing.log")]) == 2
