@@ -60,23 +60,22 @@ LN2: gl.constexpr = gl.constexpr(0.6931471805599453)
 P_SHIFT: gl.constexpr = gl.constexpr(8.0)
 
 
-def _exp2_asm(pack: int) -> str:
-    """PTX for 2**x of ``pack`` float32 values: the first ``pack - 1`` on the special-function
-    unit (``ex2.approx``), the last on the FMA pipe (FlashAttention-4's trick, here on Hopper).
+def _exp2_one_in_four_asm() -> str:
+    """PTX for 2**x of four float32 values: the first three on the special-function unit
+    (``ex2.approx``), the last on the FMA pipe (FlashAttention-4's trick, here on Hopper).
 
     The special-function unit does 16 exponentials a clock per SM against 128 FMAs, so where
     a block's GEMMs are short (fp8) the softmax's exponentials take as long as they do;
-    moving one in ``pack`` to the FMA pipe shortens the softmax. There: x clamped to -126
+    moving one in four to the FMA pipe shortens the softmax. There: x clamped to -126
     (2**-126 is below every probability that counts, and keeps the exponent field from
     wrapping), j = round(x) by the 1.5 * 2**23 trick (whose sum's low bits are j itself),
     f = x - j in [-0.5, 0.5], 2**f by a cubic (minimax relative error 7.5e-5, under the
     rounding of every dtype P is converted to), and j added to the exponent field. Only for
     finite x (unmasked blocks): -inf would give 2**-126, not 0."""
-    n = pack
-    mufu = "".join(f"ex2.approx.ftz.f32 ${i}, ${n + i};\n" for i in range(n - 1))
+    mufu = "".join(f"ex2.approx.ftz.f32 ${i}, ${4 + i};\n" for i in range(3))
     return (
         "{\n.reg .f32 x, t, j, f, p;\n.reg .b32 tb, pb;\n"
-        f"max.ftz.f32 x, ${2 * n - 1}, 0fC2FC0000;\n"  # -126
+        "max.ftz.f32 x, $7, 0fC2FC0000;\n"  # -126
         "add.rn.ftz.f32 t, x, 0f4B400000;\n"  # 1.5 * 2**23
         "sub.rn.ftz.f32 j, t, 0f4B400000;\n"
         "sub.rn.ftz.f32 f, x, j;\n"
@@ -84,11 +83,11 @@ def _exp2_asm(pack: int) -> str:
         "fma.rn.ftz.f32 p, p, f, 0f3F31798D;\n"  # 0.6932610
         "fma.rn.ftz.f32 p, p, f, 0f3F7FFB4A;\n"  # 0.9999281
         "mov.b32 tb, t;\nshl.b32 tb, tb, 23;\nmov.b32 pb, p;\nadd.s32 pb, pb, tb;\n"
-        f"mov.b32 ${n - 1}, pb;\n{mufu}}}"
+        f"mov.b32 $3, pb;\n{mufu}}}"
     )
 
 
-_EXP2_ONE_IN_4: gl.constexpr = gl.constexpr(_exp2_asm(4))
+_EXP2_ONE_IN_4: gl.constexpr = gl.constexpr(_exp2_one_in_four_asm())
 _CONSTRAINTS_4: gl.constexpr = gl.constexpr(",".join(["=f"] * 4 + ["f"] * 4))
 
 
@@ -104,7 +103,7 @@ _E4M3X4_ASM: gl.constexpr = gl.constexpr(
 @gluon.jit
 def _exp2(x, EXP_EMU: gl.constexpr):
     """2**x of finite ``x``; with ``EXP_EMU`` one value in four on the FMA pipe
-    (:func:`_exp2_asm`), else all on the special-function unit."""
+    (:func:`_exp2_one_in_four_asm`), else all on the special-function unit."""
     if EXP_EMU:
         return gl.inline_asm_elementwise(
             _EXP2_ONE_IN_4, _CONSTRAINTS_4, [x], dtype=gl.float32, is_pure=True, pack=4
