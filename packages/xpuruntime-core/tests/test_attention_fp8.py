@@ -447,5 +447,7 @@ def test_hopper_key_order_is_the_kernels_and_round_trips() -> None:
     qz = fp8.Quantized(ones, ones, vt, None, ones, ones, torch.bfloat16, key_order="hopper")
     back = fp8.sequential_value(qz)
     assert torch.equal(back.view(torch.uint8), source.view(torch.uint8))
+    with pytest.raises(InvalidArgumentError, match="key_order is 'auto' or 'sequential'"):
+        fp8.quantize(ones, ones, ones, layout="bhsd", key_order="hopper")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="key_order must be"):
         fp8.Quantized(ones, ones, vt, None, ones, ones, torch.bfloat16, key_order="gluon")  # type: ignore[arg-type]

@@ -256,6 +256,10 @@ def quantize(
     and ``v`` (per-channel scales, transposed); ``q`` stays as it is, for the attention kernel
     to quantize per tile. ``key_order``: the value's, "auto" for the kernel that will take
     the call (the Gluon one's on an H100/H200), "sequential" for the Triton kernel's."""
+    if key_order not in ("auto", "sequential"):
+        raise InvalidArgumentError(
+            f"attention: quantize's key_order is 'auto' or 'sequential', not {key_order!r}"
+        )
     interpreted = _interpreted()  # applies the interpreter's float8 fix before a CPU run
     q, k, v = (_inner_contiguous(x) for x in (q, k, v))
     g = _geometry(q, k, layout, varlen)
