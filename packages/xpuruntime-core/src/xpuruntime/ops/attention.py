@@ -20,6 +20,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from xpuruntime.kernels.attention import (
+    FP8_HOPPER_LIBRARY,
+    FP8_KERNEL,
+    FP8_TRITON_LIBRARY,
+    HOPPER_KERNEL,
+    KERNEL,
+    LIBRARY,
+    query_shape,
+)
 from xpuruntime.ops._calls import DecisionFields, note
 from xpuruntime.policies import KernelPolicy
 from xpuruntime.runtime.dispatch import policy_choice
@@ -59,24 +68,27 @@ def _dims(
 ) -> tuple[int, ...]:
     """(batch, seqlen_q, seqlen_k, heads, kv_heads, head_dim) with the inputs' consistency checked."""
     rank = 3 if varlen else 4
-    shapes = f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}"
+
+    def shapes() -> str:  # for messages only: formatting it costs a call's host time
+        return f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}"
+
     if not (q.dim() == k.dim() == v.dim() == rank):
         what = "(total_tokens, heads, head_dim) with cu_seqlens" if varlen else f"4-D ({layout})"
-        raise InvalidArgumentError(f"attention takes {what} tensors, got {shapes}")
+        raise InvalidArgumentError(f"attention takes {what} tensors, got {shapes()}")
     if k.shape != v.shape:
-        raise InvalidArgumentError(f"attention: key and value shapes differ: {shapes}")
+        raise InvalidArgumentError(f"attention: key and value shapes differ: {shapes()}")
     if not (q.dtype == k.dtype == v.dtype) or not (q.device == k.device == v.device):
         raise InvalidArgumentError(
             f"attention: query, key and value must share dtype and device, got "
             f"{q.dtype}/{k.dtype}/{v.dtype} on {q.device}/{k.device}/{v.device}"
         )
     if q.shape[-1] != k.shape[-1]:
-        raise InvalidArgumentError(f"attention: head sizes of query and key differ: {shapes}")
+        raise InvalidArgumentError(f"attention: head sizes of query and key differ: {shapes()}")
     if varlen:
         return (0, 0, 0, q.shape[1], k.shape[1], q.shape[2])
     b, s, h = (0, 1, 2) if layout == "bshd" else (0, 2, 1)
     if q.shape[b] != k.shape[b]:
-        raise InvalidArgumentError(f"attention: batch sizes differ: {shapes}")
+        raise InvalidArgumentError(f"attention: batch sizes differ: {shapes()}")
     return (q.shape[b], q.shape[s], k.shape[s], q.shape[h], k.shape[h], q.shape[-1])
 
 
@@ -123,8 +135,6 @@ def _precision_choice(policy: KernelPolicy | None, precision: str | None) -> tup
     """(kernel, mode, strategy) for the dispatcher: the policy's, or for ``precision="fp8"``
     the fp8 kernel, pinned (a precision that cannot be honoured is an error, not a fallback
     to a more precise kernel)."""
-    from xpuruntime.kernels.attention import FP8_KERNEL
-
     kernel, mode, strategy = policy_choice("attention", policy)
     if precision is None:
         return kernel, mode, strategy
@@ -149,8 +159,6 @@ def _resolve(
     policy: KernelPolicy | None,
     precision: str | None = None,
 ) -> DecisionFields:
-    from xpuruntime.kernels.attention import query_shape
-
     batch, seqlen_q, seqlen_k, heads, kv_heads, head_dim = dims
     if varlen is not None:
         batch = varlen.cu_seqlens_q.numel() - 1
@@ -166,8 +174,6 @@ def _resolve(
     decision, _status, _layout = core().resolve(
         "attention", shape, dtype, device, kernel, mode, strategy
     )
-    from xpuruntime.kernels.attention import FP8_KERNEL, HOPPER_KERNEL, KERNEL
-
     if decision[1] not in (HOPPER_KERNEL, KERNEL, FP8_KERNEL):  # someone else's: not launchable
         raise UnsupportedOperationError(
             f"attention resolved to kernel {decision[1]!r} ({decision[2]}), which "
@@ -226,13 +232,7 @@ def attention(
         else None
     )
     decision = _resolve(query, dims, varlen, causal, policy, precision)
-    from xpuruntime.kernels.attention import (
-        FP8_HOPPER_LIBRARY,
-        FP8_KERNEL,
-        FP8_TRITON_LIBRARY,
-        HOPPER_KERNEL,
-        launch,
-    )
+    from xpuruntime.kernels.attention import launch
 
     kind = "thd" if is_varlen else layout
     handle = None if stream is None else stream_handle(stream)
@@ -310,7 +310,7 @@ def attention_backward(
             f"got {tuple(log_sum_exp.shape)}"
         )
     decision = _resolve(query, dims, varlen, causal, policy)
-    from xpuruntime.kernels.attention import FP8_KERNEL, HOPPER_KERNEL, LIBRARY, launch
+    from xpuruntime.kernels.attention import launch
 
     if decision[1] == FP8_KERNEL:
         raise UnsupportedOperationError(

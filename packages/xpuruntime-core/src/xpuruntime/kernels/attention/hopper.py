@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from xpuruntime.kernels.attention import gluon_launch
 from xpuruntime.runtime.errors import InvalidArgumentError, UnsupportedOperationError
 
 if TYPE_CHECKING:
@@ -248,8 +249,11 @@ def tma_addressable(x: torch.Tensor) -> bool:
     """Whether TMA can address the tensor: unit-stride head dimension, 16-byte aligned base
     and strides."""
     size = x.element_size()
-    aligned = x.data_ptr() % 16 == 0 and all((s * size) % 16 == 0 for s in x.stride()[:3])
-    return x.stride(3) == 1 and aligned
+    *outer, inner = x.stride()
+    offsets = x.data_ptr()  # aligned iff every one is: OR them (all are non-negative)
+    for stride in outer:
+        offsets |= stride * size
+    return inner == 1 and offsets % 16 == 0
 
 
 def _tma_ready(x: torch.Tensor) -> torch.Tensor:
@@ -321,14 +325,12 @@ def _shared_layout(row_bytes: int, bits: int) -> Any:
     return gl.NVMMASharedLayout(swizzle_byte_width=swizzle, element_bitwidth=bits, rank=4)
 
 
-def _descriptor(x: torch.Tensor, rows: int, cols: int | None = None) -> Any:
+def _descriptor(x: torch.Tensor, rows: int, cols: int | None = None) -> gluon_launch.Tma:
     """A TMA descriptor over the 4-D ``x`` in boxes of ``rows`` x ``cols`` (default: the whole
     last dimension) of one (batch, head)."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
     cols = x.shape[3] if cols is None else cols
     layout = _shared_layout(cols * x.element_size(), 8 * x.element_size())
-    return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, rows, cols], layout)
+    return gluon_launch.Tma(x, (1, 1, rows, cols), layout)
 
 
 @functools.cache
@@ -366,17 +368,6 @@ def _grid(
     return (min(m_tiles * d.batch * d.heads, _sm_count(device_index)),), section
 
 
-def _int_key(value: int) -> tuple[bool, bool, bool]:
-    """What Triton's JIT specialises an integer argument on: equal to 1 (then a constant),
-    divisible by 16, fitting 32 bits."""
-    return value == 1, value % 16 == 0, -(2**31) <= value < 2**31
-
-
-#: (variant, head size, dtype, output dtype, causal, packed, device, the integer arguments'
-#: and the pointers' specialisations) -> the compiled kernel Triton's JIT chose for them.
-_compiled: dict[tuple[Any, ...], Any] = {}
-
-
 @dataclass(frozen=True)
 class Fp8Scales:
     """The fp8 kernel's float32 scales, contiguous: ``q`` (batch, heads, query blocks of
@@ -405,35 +396,24 @@ def _launch(
     """Launch on the current stream. ``q``, ``k``, ``v`` and ``out`` are 4-D (batch, heads,
     seq, head_dim) views, (1, heads, total, head_dim) when ``cu_seqlens`` is given; with
     ``fp8`` the inputs are e4m3 and ``v`` is transposed, (batch, kv_heads, head_dim, seq).
-    The first
-    call of its kind goes through Triton's JIT (which compiles, caches and launches); later
-    ones launch the compiled kernel it returned directly, skipping the JIT's per-call argument
-    binding and cache-key work (about half of the launcher's host time on the H100 host).
-    The key holds everything that JIT would specialise differently on, so a call it would
-    compile anew still goes through it."""
-    import torch
-
+    :func:`.gluon_launch.launch` keeps the kernel the JIT compiled for the first call of its
+    kind and launches it directly afterwards."""
     from xpuruntime.kernels.attention import _hopper_kernels
 
-    fn = _hopper_kernels._xrt_attn_fwd_hopper
     grid, section = _grid(config, d, q.element_size(), q.device.index)
     cu_q, cu_k = cu_seqlens if cu_seqlens is not None else (out, out)  # unused when dense
     scales = (fp8.q, fp8.k, fp8.v) if fp8 is not None else (lse, lse, lse)  # unused: 16-bit
-    pointers = (out, lse, cu_q, cu_k, *scales)
-    integers = (
-        out.stride(2), out.stride(1), lse.stride(-2), d.seqlen_q, d.seqlen_k, d.heads,
-        d.heads // d.kv_heads, d.batch * d.heads, section,
-        fp8.q.shape[2] if fp8 is not None else 0, fp8.k.shape[2] if fp8 is not None else 0,
-    )  # fmt: skip
-    values = (
+    args = (
         _descriptor(q, config.block_m_wg),
         _descriptor(k, config.block_n),
         _descriptor(v, d.head_dim, config.block_n) if fp8 else _descriptor(v, config.block_n),
         _descriptor(out, config.block_m_wg),
-        *pointers,
-        *integers,
+        out, lse, cu_q, cu_k, *scales,
+        out.stride(2), out.stride(1), lse.stride(-2), d.seqlen_q, d.seqlen_k, d.heads,
+        d.heads // d.kv_heads, d.batch * d.heads, section,
+        fp8.q.shape[2] if fp8 is not None else 0, fp8.k.shape[2] if fp8 is not None else 0,
         scale * _LOG2E,
-    )
+    )  # fmt: skip
     constants = {
         "HEAD_DIM": d.head_dim,
         "BLOCK_M_WG": config.block_m_wg,
@@ -450,20 +430,7 @@ def _launch(
         "P_F32": fp8 is not None,
         "K_SCALE_BLOCK": fp8.k_block if fp8 is not None else config.block_n,
     }
-    key = (
-        config, d.head_dim, q.dtype, out.dtype, causal, cu_seqlens is not None, q.device.index,
-        constants["K_SCALE_BLOCK"],
-        tuple(_int_key(i) for i in integers), tuple(p.data_ptr() % 16 == 0 for p in pointers),
-    )  # fmt: skip
-    kernel = _compiled.get(key)
-    if kernel is None:
-        _compiled[key] = fn[grid](*values, **constants, num_warps=4)
-        return
-    # The compiled kernel's own launcher (Triton's CompiledKernel[grid]), every argument in
-    # the kernel's order, constants included, as the JIT passes them.
-    args = (*values, *(constants[name] for name in fn.arg_names[len(values) :]))
-    stream = torch.cuda.current_stream(q.device).cuda_stream
-    kernel[(*grid, 1, 1)[:3]](*args, stream=stream)
+    gluon_launch.launch(_hopper_kernels._xrt_attn_fwd_hopper, grid, args, constants, q.device.index)
 
 
 def hopper_attention_forward(

@@ -32,12 +32,14 @@ per dQ step}s{its ring stages}``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from xpuruntime.kernels.attention import gluon_launch
 from xpuruntime.kernels.attention.hopper import _check, _descriptor, _tma_ready, tma_addressable
 from xpuruntime.runtime.errors import InvalidArgumentError, UnsupportedOperationError
 
@@ -282,21 +284,29 @@ def _launch_prep(
 
     batch, heads, seqlen_q, head_dim = out.shape
     block = 64
-    _hopper_bwd_kernels._xrt_attn_bwd_prep_hopper[(delta.shape[1] // block, batch * heads)](
+    args = (
         out, grad_out, lse, lse2, delta,
         out.stride(0), out.stride(1), out.stride(2),
         grad_out.stride(0), grad_out.stride(1), grad_out.stride(2),
-        seqlen_q, delta.shape[1], heads, HEAD_DIM=head_dim, BLOCK=block, num_warps=4,
+        seqlen_q, delta.shape[1], heads,
+    )  # fmt: skip
+    gluon_launch.launch(
+        _hopper_bwd_kernels._xrt_attn_bwd_prep_hopper, (delta.shape[1] // block, batch * heads),
+        args, {"HEAD_DIM": head_dim, "BLOCK": block}, out.device.index,
     )  # fmt: skip
 
 
-def _row_descriptor(x: torch.Tensor, rows: int) -> Any:
-    """TMA descriptor of a padded float32 (batch x heads, seqlen_pad) buffer, [1, rows] boxes."""
+@functools.cache
+def _float32_layout(swizzle: int) -> Any:
+    """Shared-memory layout of float32 tiles with ``swizzle``-byte swizzling (built once)."""
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
-    return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, rows], layout)
+    return gl.NVMMASharedLayout(swizzle_byte_width=swizzle, element_bitwidth=32, rank=2)
+
+
+def _row_descriptor(x: torch.Tensor, rows: int) -> gluon_launch.Tma:
+    """TMA descriptor of a padded float32 (batch x heads, seqlen_pad) buffer, [1, rows] boxes."""
+    return gluon_launch.Tma(x, (1, rows), _float32_layout(0))
 
 
 def _launch_dkdv(
@@ -318,7 +328,7 @@ def _launch_dkdv(
     kv_heads, seqlen_k = k.shape[1], k.shape[2]
     rows = config.dkdv_block_m
     grid = (math.ceil(seqlen_k / _CTA_ROWS), batch * kv_heads)
-    _hopper_bwd_kernels._xrt_attn_bwd_dkdv_hopper[grid](
+    args = (
         _descriptor(q, rows),
         _descriptor(k, _WG_ROWS),
         _descriptor(v, _WG_ROWS),
@@ -332,13 +342,17 @@ def _launch_dkdv(
         heads // kv_heads,
         scale * _LOG2E,
         scale,
-        HEAD_DIM=head_dim,
-        BLOCK_M=rows,
-        NUM_STAGES=config.dkdv_stages,
-        CAUSAL=causal,
-        CONSUMER_REGS=config.consumer_regs,
-        PRODUCER_REGS=config.producer_regs,
-        num_warps=4,
+    )
+    constants = {
+        "HEAD_DIM": head_dim,
+        "BLOCK_M": rows,
+        "NUM_STAGES": config.dkdv_stages,
+        "CAUSAL": causal,
+        "CONSUMER_REGS": config.consumer_regs,
+        "PRODUCER_REGS": config.producer_regs,
+    }
+    gluon_launch.launch(
+        _hopper_bwd_kernels._xrt_attn_bwd_dkdv_hopper, grid, args, constants, q.device.index
     )
 
 
@@ -362,7 +376,7 @@ def _launch_fused(
     kv_heads, seqlen_k = k.shape[1], k.shape[2]
     rows = config.block_m
     grid = (math.ceil(seqlen_k / _CTA_ROWS), batch * kv_heads)
-    _hopper_bwd_kernels._xrt_attn_bwd_fused_hopper[grid](
+    args = (
         _descriptor(q, rows),
         _descriptor(k, _WG_ROWS),
         _descriptor(v, _WG_ROWS),
@@ -379,27 +393,26 @@ def _launch_fused(
         heads // kv_heads,
         scale * _LOG2E,
         scale,
-        HEAD_DIM=head_dim,
-        BLOCK_M=rows,
-        NUM_STAGES=config.stages,
-        CAUSAL=causal,
-        SPLIT_COLS=config.split_cols,
-        DQ_TMA=config.tma_dq,
-        CONSUMER_REGS=config.consumer_regs,
-        PRODUCER_REGS=config.producer_regs,
-        num_warps=4,
+    )
+    constants = {
+        "HEAD_DIM": head_dim,
+        "BLOCK_M": rows,
+        "NUM_STAGES": config.stages,
+        "CAUSAL": causal,
+        "SPLIT_COLS": config.split_cols,
+        "DQ_TMA": config.tma_dq,
+        "CONSUMER_REGS": config.consumer_regs,
+        "PRODUCER_REGS": config.producer_regs,
+    }
+    gluon_launch.launch(
+        _hopper_bwd_kernels._xrt_attn_bwd_fused_hopper, grid, args, constants, q.device.index
     )
 
 
-def _accumulator_descriptor(dq_acc: torch.Tensor) -> Any:
+def _accumulator_descriptor(dq_acc: torch.Tensor) -> gluon_launch.Tma:
     """TMA descriptor of the float32 dQ accumulator seen as (batch x heads x seqlen_pad,
     head_dim), [64, 32] boxes: the fused kernel's reduce-add target."""
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    flat = dq_acc.view(-1, dq_acc.shape[2])
-    layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
-    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [64, 32], layout)
+    return gluon_launch.Tma(dq_acc.view(-1, dq_acc.shape[2]), (64, 32), _float32_layout(128))
 
 
 def _launch_convert(dq_acc: torch.Tensor, dq: torch.Tensor, scale: float) -> None:
@@ -407,9 +420,14 @@ def _launch_convert(dq_acc: torch.Tensor, dq: torch.Tensor, scale: float) -> Non
 
     batch, heads, seqlen_q, head_dim = dq.shape
     block = 32  # 32 float32 a thread: no spills at head size 128
-    _hopper_bwd_kernels._xrt_attn_bwd_dq_convert_hopper[(dq_acc.shape[1] // block, batch * heads)](
+    args = (
         dq_acc, dq, dq.stride(0), dq.stride(1), dq.stride(2), seqlen_q, dq_acc.shape[1], heads,
-        scale, HEAD_DIM=head_dim, BLOCK=block, num_warps=4,
+        scale,
+    )  # fmt: skip
+    gluon_launch.launch(
+        _hopper_bwd_kernels._xrt_attn_bwd_dq_convert_hopper,
+        (dq_acc.shape[1] // block, batch * heads), args, {"HEAD_DIM": head_dim, "BLOCK": block},
+        dq.device.index,
     )  # fmt: skip
 
 
@@ -431,7 +449,7 @@ def _launch_dq(
     kv_heads, seqlen_k = k.shape[1], k.shape[2]
     keys = config.dq_block_n
     grid = (math.ceil(seqlen_q / _CTA_ROWS), batch * heads)
-    _hopper_bwd_kernels._xrt_attn_bwd_dq_hopper[grid](
+    args = (
         _descriptor(q, _WG_ROWS),
         _descriptor(k, keys),
         _descriptor(v, keys),
@@ -445,11 +463,15 @@ def _launch_dq(
         heads // kv_heads,
         scale * _LOG2E,
         scale,
-        HEAD_DIM=head_dim,
-        BLOCK_N=keys,
-        NUM_STAGES=config.dq_stages,
-        CAUSAL=causal,
-        CONSUMER_REGS=config.consumer_regs,
-        PRODUCER_REGS=config.producer_regs,
-        num_warps=4,
+    )
+    constants = {
+        "HEAD_DIM": head_dim,
+        "BLOCK_N": keys,
+        "NUM_STAGES": config.dq_stages,
+        "CAUSAL": causal,
+        "CONSUMER_REGS": config.consumer_regs,
+        "PRODUCER_REGS": config.producer_regs,
+    }
+    gluon_launch.launch(
+        _hopper_bwd_kernels._xrt_attn_bwd_dq_hopper, grid, args, constants, q.device.index
     )
