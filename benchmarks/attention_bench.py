@@ -5,7 +5,8 @@
 FlashAttention papers' setup: bf16, 16k tokens per batch (batch = 16384 / seqlen), hidden
 size 2048 (16 heads of 128, 32 of 64), seqlen 512 .. 16k, full and causal. For each case it
 times the forward and the backward of xrt_flash, cuDNN SDPA, SDPA FlashAttention-2 and SDPA
-memory-efficient attention (CUDA events around 16 back-to-back calls, median of 7 samples) and
+memory-efficient attention (CUDA events around 16 back-to-back calls, median of 7 samples, the
+implementations' samples interleaved) and
 reports TFLOP/s with FlashAttention's FLOP count (forward 4·B·H·S²·D, halved when causal;
 backward 2.5x the forward), the ratios ours/cuDNN and ours/flash, and, for seqlen <= 2048,
 the max/mean |error| of outputs and gradients against a float32 reference (first batch
@@ -54,22 +55,31 @@ SDPA_BACKENDS = {
 }
 
 
-def _median_ms(fn: Callable[[], Any], repeats: int, calls: int = 16) -> float:
-    """Median milliseconds per call over ``repeats`` samples of ``calls`` back-to-back calls
-    (CUDA events around each sample: the GPU's queue stays full, so host-side launch costs
-    hide behind the kernels as they do in a training step; each sample starts on an idle GPU,
-    which waits for the first call's host work, so 16 calls: with 4 that start-up was 5-7% of
-    a short Triton/Gluon case on the H100, whose Python launchers take 0.1-0.2 ms a call)."""
-    times = []
+def _sample_ms(fn: Callable[[], Any], calls: int = 16) -> float:
+    """Milliseconds per call over one sample of ``calls`` back-to-back calls (CUDA events
+    around the sample: the GPU's queue stays full, so host-side launch costs hide behind the
+    kernels as they do in a training step; each sample starts on an idle GPU, which waits for
+    the first call's host work, so 16 calls: with 4 that start-up was 5-7% of a short
+    Triton/Gluon case on the H100, whose Python launchers took 0.1-0.2 ms a call)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
+
+
+def _interleaved_medians(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+    """Median milliseconds per call of each function over ``repeats`` samples, the samples of
+    all functions interleaved: timed one after another, whatever drifts over a case (the
+    GPU's clocks) goes to one implementation (in one H200 run the same Gluon kernel measured
+    551 and 591 TFLOP/s at two positions)."""
+    samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / calls)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            samples[name].append(_sample_ms(fn))
+    return {name: statistics.median(times) for name, times in samples.items()}
 
 
 def _flops(batch: int, heads: int, seq: int, dim: int, causal: bool) -> float:
@@ -182,9 +192,10 @@ def bench_case(seq: int, dim: int, causal: bool, repeats: int, impls: list[str])
             runners[name].backward()
         except RuntimeError as error:
             row[f"{name}_error"] = str(error).splitlines()[0]
-    for name, runner in runners.items():
-        fwd_ms = _median_ms(runner.forward, repeats)
-        bwd_ms = _median_ms(runner.backward, repeats)
+    forward = _interleaved_medians({n: r.forward for n, r in runners.items()}, repeats)
+    backward = _interleaved_medians({n: r.backward for n, r in runners.items()}, repeats)
+    for name in runners:
+        fwd_ms, bwd_ms = forward[name], backward[name]
         row[name] = {
             "fwd_ms": round(fwd_ms, 4),
             "bwd_ms": round(bwd_ms, 4),

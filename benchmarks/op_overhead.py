@@ -12,7 +12,8 @@ against its peer measured in the same run (target: ops.matmul <= 1.2x torch.matm
   slower than numpy's and PyTorch's BLAS, so the tiny 4x4 shapes are the overhead proxy
   (compute ~0): there the ratio is the cost of dispatch, DLPack in and out and recording.
 - cuda: torch CUDA tensors: ops.matmul vs torch.matmul (64x64 fp32, 256x256 bf16) and
-  ops.linear(bias, gelu) vs F.gelu(F.linear(...)), plus the C++ cached-resolve time.
+  ops.linear(bias, gelu) vs F.gelu(F.linear(...)), ops.attention (automatic choice) vs
+  F.scaled_dot_product_attention at 1x16x128x128 bf16, plus the C++ cached-resolve time.
 - ``--torch-ops`` (cpu or cuda): xpuruntime's PyTorch ops (``xpuruntime.pytorch.ops``) beside
   PyTorch's equivalent at small shapes, without grad and with inputs requiring grad (forward
   only; targets <= 1.1x and <= 1.3x), and on CUDA the xrt_flash training step through
@@ -108,6 +109,12 @@ def bench_cuda(calls: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
                           lambda a=a, b=b: ops.linear(a, a, b, "gelu", policy=lt),
                           lambda a=a, b=b: F.gelu(F.linear(a, a, b), approximate="tanh"),
                           calls, sync))  # fmt: skip
+    # Attention at a size whose kernel is shorter than the call's host work: the automatic
+    # choice (xrt_flash_hopper on an H100/H200) against PyTorch's own SDPA choice.
+    q = torch.randn(1, 16, 128, 128, device="cuda", dtype=torch.bfloat16)
+    rows.append(_pair("attention 1x16x128x128 bf16",
+                      lambda q=q: ops.attention(q, q, q, layout="bhsd"),
+                      lambda q=q: F.scaled_dot_product_attention(q, q, q), calls, sync))  # fmt: skip
     resolve_ns = core().bench_cached_resolve_ns(
         "matmul", [256, 256, 256], "bfloat16", "cuda:0", "cublasLt", "pin", "FirstSupported",
         1_000_000,

@@ -1,0 +1,116 @@
+"""The forward at 2048 tokens timed three ways, ours beside cuDNN, on one GPU.
+
+    python3 packages/xpuruntime-core/scripts/attention_timing_methods.py [--seqlen 2048]
+
+Separates what the host adds from what the kernels do: for head sizes 128 and 64, full and
+causal (16k tokens a batch, hidden 2048, bf16), TFLOP/s of
+- ``eager``: 16 back-to-back calls between CUDA events (the product-path benchmark's way:
+  host launch costs hide behind the kernels except the first call's);
+- ``graph``: the same 16 calls captured in a CUDA graph and replayed (no host work at all);
+- ``do_bench``: ``triton.testing.do_bench`` (one call at a time on an idle GPU, L2 flushed);
+
+for ``ops.attention`` under ``xrt_flash_hopper``, the Gluon forward called directly, SDPA's
+cuDNN backend, and cuDNN's ATen entry without and with the log-sum-exp. Medians of 7
+samples; the implementations are timed one after another, so compare within a column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import triton
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import xpuruntime.ops as ops
+from xpuruntime.kernels.attention import hopper
+from xpuruntime.policies import KernelPolicy
+
+HOPPER = KernelPolicy(attention="xrt_flash_hopper")
+#: cuDNN's SDPA entry in ATen: (q, k, v, bias, compute_lse, dropout, causal, return_debug).
+CUDNN = torch.ops.aten._scaled_dot_product_cudnn_attention
+
+
+def _eager_ms(fn: Callable[[], Any], calls: int = 16, samples: int = 7) -> float:
+    times = []
+    for _ in range(samples):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return statistics.median(times)
+
+
+def _graph_ms(fn: Callable[[], Any], calls: int = 16, samples: int = 7) -> float:
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()  # compiled and allocated before capture
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(samples):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seqlen", type=int, default=2048)
+    seq = parser.parse_args().seqlen
+    if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
+        raise SystemExit("needs an H100/H200 (sm_90)")
+    for dim, causal in ((128, False), (128, True), (64, False), (64, True)):
+        batch, heads = 16384 // seq, 2048 // dim
+        q, k, v = (
+            torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.bfloat16)
+            for _ in range(3)
+        )
+        flops = 4 * batch * heads * seq * seq * dim / (2 if causal else 1)
+
+        def sdpa_cudnn(q: Any = q, k: Any = k, v: Any = v, causal: bool = causal) -> Any:
+            with torch.no_grad(), sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        cases: dict[str, Callable[[], Any]] = {
+            "ops.attention": lambda q=q, k=k, v=v, c=causal: ops.attention(
+                q, k, v, causal=c, layout="bhsd", policy=HOPPER
+            ),
+            "gluon forward": lambda q=q, k=k, v=v, c=causal: hopper.hopper_attention_forward(
+                q, k, v, causal=c
+            ),
+            "sdpa cudnn": sdpa_cudnn,
+            "aten cudnn": lambda q=q, k=k, v=v, c=causal: CUDNN(
+                q, k, v, None, False, 0.0, c, False
+            ),
+            "aten cudnn+lse": lambda q=q, k=k, v=v, c=causal: CUDNN(
+                q, k, v, None, True, 0.0, c, False
+            ),
+        }
+        print(f"hd{dim} S{seq} {'causal' if causal else 'full'}: TFLOP/s eager / graph / do_bench")
+        for name, fn in cases.items():
+            fn()
+            torch.cuda.synchronize()
+            times = (_eager_ms(fn), _graph_ms(fn), triton.testing.do_bench(fn, warmup=25, rep=100))
+            print(f"  {name:16s} " + " / ".join(f"{flops / t / 1e9:6.0f}" for t in times))
+
+
+if __name__ == "__main__":
+    main()
