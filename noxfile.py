@@ -349,6 +349,7 @@ def tests(session: nox.Session, member: str) -> None:
 ATTENTION_TESTS = [
     "packages/xpuruntime-core/tests/test_attention_interpreter.py",
     "packages/xpuruntime-core/tests/test_attention_fp8.py",
+    "packages/xpuruntime-core/tests/test_gluon_launch.py",
     "packages/xpuruntime-torch/tests/test_xrt_attention.py",
 ]
 ATTENTION_DEPS = ["triton==3.6.0", "numpy>=1.24,<2.4"]

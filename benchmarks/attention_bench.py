@@ -6,7 +6,7 @@ FlashAttention papers' setup: bf16, 16k tokens per batch (batch = 16384 / seqlen
 size 2048 (16 heads of 128, 32 of 64), seqlen 512 .. 16k, full and causal. For each case it
 times the forward and the backward of xrt_flash, cuDNN SDPA, SDPA FlashAttention-2 and SDPA
 memory-efficient attention (CUDA events around 16 back-to-back calls, median of 7 samples, the
-implementations' samples interleaved) and
+implementations' samples interleaved in an order that rotates each round) and
 reports TFLOP/s with FlashAttention's FLOP count (forward 4·B·H·S²·D, halved when causal;
 backward 2.5x the forward), the ratios ours/cuDNN and ours/flash, and, for seqlen <= 2048,
 the max/mean |error| of outputs and gradients against a float32 reference (first batch
@@ -71,14 +71,17 @@ def _sample_ms(fn: Callable[[], Any], calls: int = 16) -> float:
 
 
 def _interleaved_medians(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
-    """Median milliseconds per call of each function over ``repeats`` samples, the samples of
-    all functions interleaved: timed one after another, whatever drifts over a case (the
-    GPU's clocks) goes to one implementation (in one H200 run the same Gluon kernel measured
-    551 and 591 TFLOP/s at two positions)."""
+    """Median milliseconds per call of each function over ``repeats`` samples, interleaved:
+    each round times every function once, starting one further along each round. Timed one
+    implementation after another, whatever drifts over a case (the GPU's clocks) went to some
+    of them (in one H200 run the same Gluon kernel measured 551 and 591 TFLOP/s at two
+    positions); interleaved in a fixed order, each would still always follow the same one."""
     samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            samples[name].append(_sample_ms(fn))
+    names = list(fns)
+    for round_ in range(repeats):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            samples[name].append(_sample_ms(fns[name]))
     return {name: statistics.median(times) for name, times in samples.items()}
 
 

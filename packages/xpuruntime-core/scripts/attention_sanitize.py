@@ -1,8 +1,9 @@
 """Small xrt_flash calls for compute-sanitizer (see attention_sanitize.sh): forward and backward
 over the kernels' edge cases (partial last blocks, causal diagonal, GQA/MQA, packed sequences
 with an empty one, both load paths); on sm_90 the same edge cases through xrt_flash_hopper's
-Gluon forward (every variant; packed sequences through the automatic choice) and backward
-(its default and its deterministic path). Sizes are tiny: the sanitizer slows kernels ~100x."""
+Gluon forward (every variant, each twice: through the JIT and through the kept kernel;
+packed sequences through the automatic choice) and backward (its default and its
+deterministic path). Sizes are tiny: the sanitizer slows kernels ~100x."""
 
 from __future__ import annotations
 
@@ -62,7 +63,11 @@ def hopper(heads: int, kv_heads: int, seq_q: int, seq_k: int, dim: int, causal: 
         torch.randn(2, kv_heads, seq_k, dim, device="cuda", dtype=torch.bfloat16) for _ in range(2)
     )
     for name in variant_names(dim):
+        # Twice: the first call goes through Triton's JIT, the second launches the compiled
+        # kernel it kept (gluon_launch), so both launch paths run under the sanitizer.
+        first, _ = hopper_attention_forward(q, k, v, causal=causal, variant=name)
         out, lse = hopper_attention_forward(q, k, v, causal=causal, variant=name)
+        assert torch.equal(first, out), name
     grad_out = torch.randn_like(out)
     # Both backward paths the automatic choice can take: the head size's default (fused,
     # float32 atomics on dQ, or the deterministic kernels) and the deterministic kernels.

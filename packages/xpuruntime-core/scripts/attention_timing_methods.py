@@ -7,11 +7,13 @@ causal (16k tokens a batch, hidden 2048, bf16), TFLOP/s of
 - ``eager``: 16 back-to-back calls between CUDA events (the product-path benchmark's way:
   host launch costs hide behind the kernels except the first call's);
 - ``graph``: the same 16 calls captured in a CUDA graph and replayed (no host work at all);
-- ``do_bench``: ``triton.testing.do_bench`` (one call at a time on an idle GPU, L2 flushed);
+- ``do_bench``: ``triton.testing.do_bench`` (its mean over calls each issued after an L2
+  flush, which also hides the call's launch);
 
 for ``ops.attention`` under ``xrt_flash_hopper``, the Gluon forward called directly, SDPA's
-cuDNN backend, and cuDNN's ATen entry without and with the log-sum-exp. Medians of 7
-samples; the implementations are timed one after another, so compare within a column.
+cuDNN backend, and cuDNN's ATen entry without and with the log-sum-exp. eager and graph:
+medians of 7 samples. The implementations are timed one after another, so a ratio between
+two of them carries the GPU clock's drift over the case (several percent on an H200).
 """
 
 from __future__ import annotations

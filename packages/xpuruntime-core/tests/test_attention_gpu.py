@@ -385,6 +385,31 @@ def test_hopper_launches_after_the_first_run_the_kept_kernel_and_call_launch_hoo
     assert {"_xrt_attn_fwd_hopper", "_xrt_attn_bwd_dkdv_hopper", "_xrt_attn_bwd_dq_hopper"} <= names
     for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), first, second, strict=True):
         assert torch.equal(a, b), name  # the default backward at head size 128 is deterministic
+
+    class Counting:  # the kept kernel itself, counting launches through its own launcher
+        def __init__(self, kernel: Any) -> None:
+            self.kernel, self.runs = kernel, 0
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.kernel, name)
+
+        @property
+        def run(self) -> Any:
+            self.runs += 1
+            return self.kernel.run
+
+    forwards = {
+        key: (Counting(kernel), constants)
+        for key, (kernel, constants) in kept.items()
+        if kernel.name == "_xrt_attn_fwd_hopper"
+    }
+    gluon_launch._compiled.update(forwards)
+    try:
+        again = ops.attention(q, k, v, layout="bhsd", policy=HOPPER_PIN)
+    finally:
+        gluon_launch._compiled.update(kept)
+    assert sum(counting.runs for counting, _ in forwards.values()) == 1
+    assert torch.equal(again, first[0])
     # A profiler's launch hook sees the kept kernels' launches, with their names.
     seen: list[str] = []
 

@@ -15,16 +15,17 @@ previous launcher, which already skipped the JIT), and the whole Gluon forward 7
 87 µs (``scripts/hopper_launch_host_time.py``); the backward's launches went through the JIT
 before.
 
-Imported only when a kernel runs, but light itself: torch and Triton are imported inside
-the functions.
+Light: ``import xpuruntime`` loads it (through :mod:`.hopper`), so torch and Triton are
+imported inside the functions.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from xpuruntime.runtime.errors import XpuRuntimeError
 
 if TYPE_CHECKING:
     import torch
@@ -59,8 +60,9 @@ class _HostDescriptor:
         self.padding = "zero"
 
 
-#: (kernel, device, constants, warps, the arguments' specialisations) -> (the compiled
-#: kernel, its constant arguments' values in the kernel's order).
+#: (kernel, device, constants, warps, Triton's debug and instrumentation settings, the
+#: arguments' specialisations) -> (the compiled kernel, its constant arguments' values in the
+#: kernel's order).
 _compiled: dict[tuple[Any, ...], tuple[Any, tuple[Any, ...]]] = {}
 
 
@@ -80,12 +82,29 @@ def _pointer_key(x: torch.Tensor) -> Any:
     return x.dtype, x.data_ptr() % 16 == 0
 
 
-#: What Triton's JIT specialises an argument on, by the argument's type (a tensor, the
-#: default, is a pointer): an integer on being 1, divisible by 16, fitting 32 bits; a
-#: pointer on its dtype and 16-byte alignment; a descriptor on its dtype, block and layout;
-#: a float or bool on its type alone. By type, not by isinstance tests: the key is built on
-#: every call.
+#: What Triton's JIT specialises an argument on, by the argument's type: an integer on being
+#: 1, divisible by 16, fitting 32 bits; a pointer (a tensor) on its dtype and 16-byte
+#: alignment; a descriptor on its dtype, block and layout; a float or bool on its type alone.
+#: Looked up by exact type, the common case (the key is built on every call); subclasses
+#: (numpy scalars, tensor subclasses) go through :func:`_key_of_subclass`.
 _KEYS: dict[type, Any] = {int: _int_key, float: _type_key, bool: _type_key, Tma: _tma_key}
+
+
+def _key_of_subclass(arg: Any) -> Any:
+    import numbers
+
+    if isinstance(arg, bool):
+        return bool
+    if isinstance(arg, numbers.Integral):
+        return _int_key(int(arg))
+    if isinstance(arg, numbers.Real):
+        return float
+    return _pointer_key(arg)
+
+
+def _arg_key(arg: Any) -> Any:
+    by_type = _KEYS.get(type(arg))
+    return by_type(arg) if by_type is not None else _key_of_subclass(arg)
 
 
 def _gluon_descriptor(arg: Tma) -> Any:
@@ -93,14 +112,6 @@ def _gluon_descriptor(arg: Tma) -> Any:
 
     x = arg.tensor
     return TensorDescriptor(x, list(x.shape), list(x.stride()), list(arg.block), arg.layout)
-
-
-@functools.cache
-def _stream_getter() -> Any:
-    """The raw current stream of a device index, as Triton's own launcher reads it."""
-    from triton.runtime import driver
-
-    return driver.active.get_current_stream
 
 
 def _launch_hooks_set() -> bool:
@@ -117,33 +128,42 @@ def launch(
     grid: tuple[int, ...],
     args: Sequence[Any],
     constants: Mapping[str, Any],
-    device_index: int,
     *,
     num_warps: int = 4,
 ) -> None:
-    """Launch the JIT function ``fn`` on ``grid`` on the current stream of the (current)
-    device ``device_index``: ``args`` its runtime arguments in order (tensors, integers,
-    floats, :class:`Tma` descriptors), ``constants`` its ``constexpr`` arguments by name."""
+    """Launch the JIT function ``fn`` on ``grid`` on the current device's current stream:
+    ``args`` its runtime arguments in order (tensors, integers, floats, :class:`Tma`
+    descriptors), ``constants`` its ``constexpr`` arguments by name, which must be exactly
+    the arguments after the runtime ones (checked before anything runs)."""
+    from triton import knobs
+    from triton.runtime import driver
+
+    device = driver.active.get_current_device()
     key = (
-        fn, device_index, tuple(constants.items()), num_warps,
-        tuple([_KEYS.get(type(arg), _pointer_key)(arg) for arg in args]),
+        id(fn), device,
+        tuple([(name, type(value), value) for name, value in constants.items()]),
+        num_warps, knobs.runtime.debug, knobs.compilation.instrumentation_mode,
+        tuple([_arg_key(arg) for arg in args]),
     )  # fmt: skip
     entry = _compiled.get(key)
-    if entry is None:
+    if entry is None or getattr(fn, "pre_run_hooks", None):  # the JIT runs them every call
+        rest = fn.arg_names[len(args) :]
+        if set(rest) != set(constants):
+            raise XpuRuntimeError(
+                f"gluon_launch: {fn.__name__} takes {list(rest)} after its {len(args)} runtime "
+                f"arguments, but the constants given are {list(constants)}"
+            )
         values = [_gluon_descriptor(a) if isinstance(a, Tma) else a for a in args]
         kernel = fn[grid](*values, **constants, num_warps=num_warps)
-        # Later calls pass every argument in the kernel's order, constants included, as the
-        # JIT passes them to the compiled kernel: kept only when the JIT returned one and the
-        # constants are exactly the arguments after the runtime ones (else every call goes
-        # through the JIT).
-        rest = fn.arg_names[len(values) :]
-        if kernel is not None and set(rest) == set(constants):
+        if kernel is not None:  # None: Triton's interpreter, which keeps no compiled kernel
+            # Later calls pass every argument in the kernel's order, constants included, as
+            # the JIT passes them to the compiled kernel.
             _compiled[key] = (kernel, tuple(constants[name] for name in rest))
         return
     kernel, constant_values = entry
     values = [_HostDescriptor(a.tensor) if isinstance(a, Tma) else a for a in args]
     grid3 = (*grid, 1, 1)[:3]
-    stream = _stream_getter()(device_index)
+    stream = driver.active.get_current_stream(device)
     if _launch_hooks_set():
         kernel[grid3](*values, *constant_values, stream=stream)
         return

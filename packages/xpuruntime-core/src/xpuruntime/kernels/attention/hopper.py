@@ -257,8 +257,12 @@ def tma_addressable(x: torch.Tensor) -> bool:
 
 
 def _tma_ready(x: torch.Tensor) -> torch.Tensor:
-    """The tensor itself when TMA can address it, else a contiguous copy."""
-    return x if tma_addressable(x) else x.contiguous()
+    """The tensor itself when TMA can address it, else a contiguous copy (a copy always:
+    ``contiguous()`` returns the tensor itself when only a size-1 dimension's stride is
+    unaligned)."""
+    import torch
+
+    return x if tma_addressable(x) else x.clone(memory_format=torch.contiguous_format)
 
 
 def _check_out(out: torch.Tensor, q: torch.Tensor) -> None:
@@ -430,7 +434,7 @@ def _launch(
         "P_F32": fp8 is not None,
         "K_SCALE_BLOCK": fp8.k_block if fp8 is not None else config.block_n,
     }
-    gluon_launch.launch(_hopper_kernels._xrt_attn_fwd_hopper, grid, args, constants, q.device.index)
+    gluon_launch.launch(_hopper_kernels._xrt_attn_fwd_hopper, grid, args, constants)
 
 
 def hopper_attention_forward(
@@ -521,7 +525,7 @@ def hopper_attention_forward(
             target = torch.empty_like(q4)
         if packed:
             lse = torch.empty((d.heads, q.shape[0]), dtype=torch.float32, device=q.device)
-            no_query = d.batch == 0 or d.seqlen_q == 0 or q.shape[0] == 0
+            no_query = d.batch == 0 or d.heads == 0 or d.seqlen_q == 0 or q.shape[0] == 0
             no_key = d.seqlen_k == 0 or k.shape[0] == 0
         else:
             lse = torch.empty((d.batch, d.heads, d.seqlen_q), dtype=torch.float32, device=q.device)

@@ -292,7 +292,7 @@ def _launch_prep(
     )  # fmt: skip
     gluon_launch.launch(
         _hopper_bwd_kernels._xrt_attn_bwd_prep_hopper, (delta.shape[1] // block, batch * heads),
-        args, {"HEAD_DIM": head_dim, "BLOCK": block}, out.device.index,
+        args, {"HEAD_DIM": head_dim, "BLOCK": block},
     )  # fmt: skip
 
 
@@ -351,9 +351,7 @@ def _launch_dkdv(
         "CONSUMER_REGS": config.consumer_regs,
         "PRODUCER_REGS": config.producer_regs,
     }
-    gluon_launch.launch(
-        _hopper_bwd_kernels._xrt_attn_bwd_dkdv_hopper, grid, args, constants, q.device.index
-    )
+    gluon_launch.launch(_hopper_bwd_kernels._xrt_attn_bwd_dkdv_hopper, grid, args, constants)
 
 
 def _launch_fused(
@@ -404,9 +402,7 @@ def _launch_fused(
         "CONSUMER_REGS": config.consumer_regs,
         "PRODUCER_REGS": config.producer_regs,
     }
-    gluon_launch.launch(
-        _hopper_bwd_kernels._xrt_attn_bwd_fused_hopper, grid, args, constants, q.device.index
-    )
+    gluon_launch.launch(_hopper_bwd_kernels._xrt_attn_bwd_fused_hopper, grid, args, constants)
 
 
 def _accumulator_descriptor(dq_acc: torch.Tensor) -> gluon_launch.Tma:
@@ -427,7 +423,6 @@ def _launch_convert(dq_acc: torch.Tensor, dq: torch.Tensor, scale: float) -> Non
     gluon_launch.launch(
         _hopper_bwd_kernels._xrt_attn_bwd_dq_convert_hopper,
         (dq_acc.shape[1] // block, batch * heads), args, {"HEAD_DIM": head_dim, "BLOCK": block},
-        dq.device.index,
     )  # fmt: skip
 
 
@@ -472,6 +467,4 @@ def _launch_dq(
         "CONSUMER_REGS": config.consumer_regs,
         "PRODUCER_REGS": config.producer_regs,
     }
-    gluon_launch.launch(
-        _hopper_bwd_kernels._xrt_attn_bwd_dq_hopper, grid, args, constants, q.device.index
-    )
+    gluon_launch.launch(_hopper_bwd_kernels._xrt_attn_bwd_dq_hopper, grid, args, constants)
