@@ -28,14 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from _interleaved import interleaved_medians
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import xpuruntime.ops as ops
@@ -55,34 +54,10 @@ SDPA_BACKENDS = {
 }
 
 
-def _sample_ms(fn: Callable[[], Any], calls: int = 16) -> float:
-    """Milliseconds per call over one sample of ``calls`` back-to-back calls (CUDA events
-    around the sample: the GPU's queue stays full, so host-side launch costs hide behind the
-    kernels as they do in a training step; each sample starts on an idle GPU, which waits for
-    the first call's host work, so 16 calls: with 4 that start-up was 5-7% of a short
-    Triton/Gluon case on the H100, whose Python launchers took 0.1-0.2 ms a call)."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / calls
-
-
-def _interleaved_medians(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
-    """Median milliseconds per call of each function over ``repeats`` samples, interleaved:
-    each round times every function once, starting one further along each round. Timed one
-    implementation after another, whatever drifts over a case (the GPU's clocks) went to some
-    of them (in one H200 run the same Gluon kernel measured 551 and 591 TFLOP/s at two
-    positions); interleaved in a fixed order, each would still always follow the same one."""
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    names = list(fns)
-    for round_ in range(repeats):
-        shift = round_ % len(names)
-        for name in names[shift:] + names[:shift]:
-            samples[name].append(_sample_ms(fns[name]))
-    return {name: statistics.median(times) for name, times in samples.items()}
+#: Calls per timed sample: each sample starts on an idle GPU, which waits for the first
+#: call's host work; with 4 calls that start-up was 5-7% of a short Triton/Gluon case on the
+#: H100, whose Python launchers then took 0.1-0.2 ms a call.
+CALLS = 16
 
 
 def _flops(batch: int, heads: int, seq: int, dim: int, causal: bool) -> float:
@@ -195,8 +170,8 @@ def bench_case(seq: int, dim: int, causal: bool, repeats: int, impls: list[str])
             runners[name].backward()
         except RuntimeError as error:
             row[f"{name}_error"] = str(error).splitlines()[0]
-    forward = _interleaved_medians({n: r.forward for n, r in runners.items()}, repeats)
-    backward = _interleaved_medians({n: r.backward for n, r in runners.items()}, repeats)
+    forward = interleaved_medians({n: r.forward for n, r in runners.items()}, repeats, CALLS)
+    backward = interleaved_medians({n: r.backward for n, r in runners.items()}, repeats, CALLS)
     for name in runners:
         fwd_ms, bwd_ms = forward[name], backward[name]
         row[name] = {

@@ -7,7 +7,7 @@
 The grid of benchmarks/attention_bench.py (bf16, 16k tokens per batch, hidden 2048: 16 heads
 of 128 or 32 of 64), forward only. For each case every implementation is timed in the same
 process, interleaved: each round runs one sample of each (CUDA events around 4 back-to-back
-calls) and the median over 9 rounds is kept. Implementations:
+calls), in an order that rotates each round, and the median over 9 rounds is kept. Implementations:
 
 - ``cudnn``, ``flash``: SDPA's cuDNN and FlashAttention-2 backends (bf16);
 - ``xrt``: our own fastest bf16 forward on this GPU: ``xrt_flash_hopper`` (Gluon) on an
@@ -35,7 +35,6 @@ import contextlib
 import json
 import math
 import os
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +42,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from _interleaved import interleaved_medians
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import xpuruntime.ops as ops
@@ -55,26 +55,12 @@ HIDDEN = 2048
 FP8_POLICY = KernelPolicy(attention="xrt_flash_fp8")
 
 
-def _sample_ms(fn: Callable[[], Any], calls: int = 4) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / calls
-
-
-def _interleaved(impls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+def _warmed_medians(impls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
     for fn in impls.values():  # compile / build plans outside the samples
         fn()
         fn()
     torch.cuda.synchronize()
-    samples: dict[str, list[float]] = {name: [] for name in impls}
-    for _ in range(rounds):
-        for name, fn in impls.items():
-            samples[name].append(_sample_ms(fn))
-    return {name: statistics.median(times) for name, times in samples.items()}
+    return interleaved_medians(impls, rounds, calls=4)
 
 
 def _sdpa(backend: SDPBackend, q: Any, k: Any, v: Any, causal: bool) -> Any:
@@ -188,7 +174,7 @@ def case(dim: int, seqlen: int, causal: bool, sweep: bool, rounds: int) -> dict[
             impls[f"fp8[{i}]"] = lambda t=tiles: fp8.forward(  # type: ignore[misc]
                 qz_triton, causal=causal, scale=None, layout="bhsd", tiles=t
             )[0]
-    ms = _interleaved(impls, rounds)
+    ms = _warmed_medians(impls, rounds)
     flops = 4 * batch * heads * seqlen * seqlen * dim / (2 if causal else 1)
     row: dict[str, Any] = {
         "head_dim": dim,
@@ -269,7 +255,7 @@ def quant_breakdown() -> dict[str, Any]:
             "key+value_max": lambda: _quantize_key(x, x, "bhsd", None, g, 128),  # noqa: B023
             "quantize": lambda: fp8.quantize(x, x, x, layout="bhsd"),  # noqa: B023
         }
-        rows[f"B{batch} H{heads} S{seqlen} D{dim}"] = _interleaved(steps, 9)
+        rows[f"B{batch} H{heads} S{seqlen} D{dim}"] = _warmed_medians(steps, 9)
     return rows
 
 
@@ -362,6 +348,8 @@ def main() -> None:
     parser.add_argument("--sanitize-calls", action="store_true")
     parser.add_argument("--profile-calls", action="store_true")
     args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("attention_fp8_bench needs a CUDA GPU")
     if args.sanitize_calls:
         sanitize_calls()
         return
