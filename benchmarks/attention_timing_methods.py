@@ -1,31 +1,31 @@
-"""The forward at 2048 tokens timed three ways, ours beside cuDNN, on one GPU.
+"""The forward at 2048 tokens timed three ways, ours beside cuDNN, on one H100/H200.
 
-    python3 packages/xpuruntime-core/scripts/attention_timing_methods.py [--seqlen 2048]
+    python benchmarks/attention_timing_methods.py [--seqlen 2048]
 
 Separates what the host adds from what the kernels do: for head sizes 128 and 64, full and
 causal (16k tokens a batch, hidden 2048, bf16), TFLOP/s of
-- ``eager``: 16 back-to-back calls between CUDA events (the product-path benchmark's way:
-  host launch costs hide behind the kernels except the first call's);
+- ``eager``: 16 back-to-back calls between CUDA events (attention_bench's way: host launch
+  costs hide behind the kernels except the first call's);
 - ``graph``: the same 16 calls captured in a CUDA graph and replayed (no host work at all);
 - ``do_bench``: ``triton.testing.do_bench`` (its mean over calls each issued after an L2
   flush, which also hides the call's launch);
 
 for ``ops.attention`` under ``xrt_flash_hopper``, the Gluon forward called directly, SDPA's
 cuDNN backend, and cuDNN's ATen entry without and with the log-sum-exp. eager and graph:
-medians of 7 samples. The implementations are timed one after another, so a ratio between
-two of them carries the GPU clock's drift over the case (several percent on an H200).
+medians of 7 samples, the implementations interleaved in a rotating order
+(``_interleaved.py``); do_bench runs one implementation after another.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 import triton
+from _interleaved import interleaved_medians
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import xpuruntime.ops as ops
@@ -35,22 +35,11 @@ from xpuruntime.policies import KernelPolicy
 HOPPER = KernelPolicy(attention="xrt_flash_hopper")
 #: cuDNN's SDPA entry in ATen: (q, k, v, bias, compute_lse, dropout, causal, return_debug).
 CUDNN = torch.ops.aten._scaled_dot_product_cudnn_attention
+CALLS = 16
 
 
-def _eager_ms(fn: Callable[[], Any], calls: int = 16, samples: int = 7) -> float:
-    times = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / calls)
-    return statistics.median(times)
-
-
-def _graph_ms(fn: Callable[[], Any], calls: int = 16, samples: int = 7) -> float:
+def _graph_replay(fn: Callable[[], Any]) -> Callable[[], None]:
+    """A replay of ``CALLS`` calls of ``fn`` captured in a CUDA graph."""
     graph = torch.cuda.CUDAGraph()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -58,19 +47,11 @@ def _graph_ms(fn: Callable[[], Any], calls: int = 16, samples: int = 7) -> float
         fn()  # compiled and allocated before capture
         torch.cuda.synchronize()
         with torch.cuda.graph(graph):
-            for _ in range(calls):
+            for _ in range(CALLS):
                 fn()
     graph.replay()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / calls)
-    return statistics.median(times)
+    return graph.replay
 
 
 def main() -> None:
@@ -107,10 +88,14 @@ def main() -> None:
             ),
         }
         print(f"hd{dim} S{seq} {'causal' if causal else 'full'}: TFLOP/s eager / graph / do_bench")
-        for name, fn in cases.items():
+        for fn in cases.values():
             fn()
-            torch.cuda.synchronize()
-            times = (_eager_ms(fn), _graph_ms(fn), triton.testing.do_bench(fn, warmup=25, rep=100))
+        torch.cuda.synchronize()
+        eager = interleaved_medians(cases, 7, CALLS)
+        replays = {name: _graph_replay(fn) for name, fn in cases.items()}
+        graph = {n: ms / CALLS for n, ms in interleaved_medians(replays, 7, 1).items()}
+        for name, fn in cases.items():
+            times = (eager[name], graph[name], triton.testing.do_bench(fn, warmup=25, rep=100))
             print(f"  {name:16s} " + " / ".join(f"{flops / t / 1e9:6.0f}" for t in times))
 
 
