@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from _interleaved import sample_ms
 
 import xpuruntime.pytorch as xrt_torch
 from xpuruntime.pytorch.ops import fused_attention
@@ -43,17 +44,9 @@ GRID = [
     (4, 16, 4096, 128),
     (1, 16, 16384, 128),
 ]
+#: Back-to-back calls a timed sample.
+CALLS = 20
 QUICK_GRID = [(2, 8, 1024, 128), (4, 16, 1024, 128), (4, 16, 4096, 128)]
-
-
-def _best_ms(fn: Callable[[], Any], calls: int = 20) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / calls
 
 
 def _pair(ours: Callable[[], Any], peer: Callable[[], Any], rounds: int) -> tuple[float, float]:
@@ -63,8 +56,8 @@ def _pair(ours: Callable[[], Any], peer: Callable[[], Any], rounds: int) -> tupl
     torch.cuda.synchronize()
     o, p = float("inf"), float("inf")
     for _ in range(rounds):
-        o = min(o, _best_ms(ours))
-        p = min(p, _best_ms(peer))
+        o = min(o, sample_ms(ours, CALLS))
+        p = min(p, sample_ms(peer, CALLS))
     return o, p
 
 
@@ -150,6 +143,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="three shapes, fewer rounds")
     parser.add_argument("--out", type=Path, default=Path("."), help="folder for the JSON")
     args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("sdpa_entry_bench needs a CUDA GPU")
     grid = QUICK_GRID if args.quick else GRID
     rounds = 3 if args.quick else 7
     rows = []
