@@ -114,12 +114,11 @@ def _gluon_descriptor(arg: Tma) -> Any:
     return TensorDescriptor(x, list(x.shape), list(x.stride()), list(arg.block), arg.layout)
 
 
-def _launch_hooks_set() -> bool:
-    """Whether a launch hook is installed (a profiler such as Proton): then the compiled
-    kernel's ``[grid]`` wrapper launches, which computes the launch metadata hooks take."""
-    from triton import knobs
-
-    enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+def _launch_hooks_set(runtime: Any) -> bool:
+    """Whether a launch hook is installed in Triton's runtime settings (a profiler such as
+    Proton): then the compiled kernel's ``[grid]`` wrapper launches, which computes the
+    launch metadata hooks take."""
+    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
     return bool(getattr(enter, "calls", enter)) or bool(getattr(leave, "calls", leave))
 
 
@@ -164,7 +163,7 @@ def launch(
     values = [_HostDescriptor(a.tensor) if isinstance(a, Tma) else a for a in args]
     grid3 = (*grid, 1, 1)[:3]
     stream = driver.active.get_current_stream(device)
-    if _launch_hooks_set():
+    if _launch_hooks_set(knobs.runtime):
         kernel[grid3](*values, *constant_values, stream=stream)
         return
     # CompiledKernel.run is its launcher: grid, stream, function, then the packed metadata,
