@@ -69,6 +69,7 @@ def compile_one(
         "QS": "*fp32",
         "KS": "*fp32",
         "VS": "*fp32",
+        "SCHED": "*i32",
         "stride_os": "i32",
         "stride_oh": "i32",
         "stride_lh": "i32",
@@ -93,6 +94,7 @@ def compile_one(
         PRODUCER_REGS=variant.producer_regs,
         NUM_WG=variant.num_wg,
         PERSISTENT=variant.persistent,
+        LPT=variant.lpt,
         VARLEN=varlen,
         EXP_EMU=variant.exp_emu,
         K_SCALE_BLOCK=128,
@@ -169,8 +171,8 @@ def main() -> int:
                 names = hopper.variant_names(head_dim, fp8=fp8)
             for variant_name in names:
                 variant = hopper.parse_variant(variant_name)
-                if varlen and variant.persistent:
-                    continue  # packed batches run its non-persistent twin (hopper.py)
+                if varlen and (variant.persistent or variant.lpt):
+                    continue  # packed batches run its 2-D twin (hopper.py)
                 kind = ("causal" if causal else "full  ") + (" varlen" if varlen else "")
                 label = f"{dtype} hd{head_dim} {kind} {variant.name}"
                 try:

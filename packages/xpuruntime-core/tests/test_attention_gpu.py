@@ -362,6 +362,43 @@ def test_hopper_forward_captured_in_a_cuda_graph() -> None:
 
 
 @needs_sm90
+def test_persistent_forward_captured_before_its_schedule_runs_its_lpt_twin_and_says_so() -> None:
+    """A persistent variant's schedule is copied to the GPU on the shape's first call, which
+    a CUDA graph cannot capture: captured first, the call runs the variant's one-CTA-per-item
+    twin (the same tiles, dealt by the hardware) and its decision says so; the next call outside
+    the capture builds the schedule and runs the persistent variant."""
+    from xpuruntime.kernels.attention import hopper
+
+    q, k, v = (torch.randn(3, 5, 700, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    # Outside the capture: the op's first call (another shape) and the twin's compile.
+    warm = torch.randn(1, 5, 300, 128, device="cuda", dtype=torch.bfloat16)
+    ops.attention(warm, warm, warm, causal=True, layout="bhsd", policy=HOPPER_PIN)
+    hopper.hopper_attention_forward(q, k, v, causal=True, variant="m64n128s2pp_l")
+    torch.cuda.synchronize()
+    captured_record = ExecutionRecord(kind="inference")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = ops.attention(
+            q, k, v, causal=True, layout="bhsd", policy=HOPPER_PIN, record=captured_record
+        )
+    graph.replay()
+    (decision,) = captured_record.decisions
+    assert "variant m64n128s2pp_l: the default at head size 128, causal, 700 keys" in (
+        decision.reason
+    )
+    assert "m64n128s2pp_p runs as its _l twin: a CUDA graph is being captured" in decision.reason
+    eager_record = ExecutionRecord(kind="inference")
+    eager = ops.attention(
+        q, k, v, causal=True, layout="bhsd", policy=HOPPER_PIN, record=eager_record
+    )
+    (decision,) = eager_record.decisions
+    assert "variant m64n128s2pp_p: the default at head size 128, causal, 700 keys)" in (
+        decision.reason
+    )
+    torch.testing.assert_close(captured, eager)
+
+
+@needs_sm90
 def test_hopper_launches_after_the_first_run_the_kept_kernel_and_call_launch_hooks() -> None:
     from triton import knobs
 

@@ -234,13 +234,73 @@ def test_forward_variant_names_round_trip_and_fp8_takes_its_own() -> None:
         hopper.parse_variant("m64n128s2pp_e8")
 
 
-def test_head_size_64_causal_default_follows_the_length() -> None:
-    """Two consumer warpgroups for short causal sequences, three from 8192 keys (as full
-    attention at every length), at head size 64; head size 128 keeps its one default."""
+def test_forward_default_follows_head_size_mask_and_length(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Persistent variants on short sequences and causal ones (at head size 64 below 8192
+    keys), three consumer warpgroups on longer ones at head size 64; a given name, then the
+    environment, come before the defaults, and the reason says which."""
     from xpuruntime.kernels.attention import hopper
 
-    assert hopper._variant(64, None, causal=True, seqlen_k=2048).num_wg == 2
-    assert hopper._variant(64, None, causal=True, seqlen_k=8192).num_wg == 3
-    assert hopper._variant(64, None, causal=False, seqlen_k=2048).num_wg == 3
-    assert hopper._variant(128, None, causal=True, seqlen_k=2048).name == "m64n128s2pp"
-    assert hopper._variant(64, "m64n128s3pp", causal=True, seqlen_k=8192).name == "m64n128s3pp"
+    monkeypatch.delenv(hopper.VARIANT_ENV, raising=False)
+
+    def name(head_dim: int, causal: bool, keys: int) -> str:
+        return hopper._variant(head_dim, None, causal, keys)[0].name
+
+    assert name(64, False, 1024) == "m64n128s2pp_p"
+    assert name(64, False, 2048) == "m64n128s2pp_w3"
+    assert name(64, True, 4096) == "m64n128s2pp_p"
+    assert name(64, True, 8192) == "m64n128s2pp_w3l"
+    assert name(128, False, 8192) == "m64n128s2pp_p"
+    assert name(128, False, 16384) == "m64n128s2pp"
+    assert name(128, True, 16384) == "m64n128s2pp_p"
+    assert name(256, True, 512) == "m64n64s2pp"
+    assert (
+        hopper._variant(128, None, True, 2048)[1]
+        == "the default at head size 128, causal, 2048 keys"
+    )
+    assert hopper._variant(64, "m64n128s3pp", True, 8192) == (
+        hopper.parse_variant("m64n128s3pp"),
+        "given",
+    )
+    monkeypatch.setenv(hopper.VARIANT_ENV, "m64n128s2np")
+    assert hopper._variant(128, None, True, 2048) == (
+        hopper.parse_variant("m64n128s2np"),
+        f"from {hopper.VARIANT_ENV}",
+    )
+
+
+def test_persistent_schedule_deals_every_item_once_and_balances_causal_work() -> None:
+    """The persistent kernel's schedule: bounds, then each CTA's items; every item once; the
+    CTAs' key blocks within 2 % of each other on causal shapes where dealing item ``i`` to
+    CTA ``i % grid`` leaves one CTA over 10 % above the mean."""
+    import math
+
+    from xpuruntime.kernels.attention import hopper
+
+    def loads(entries: list[int], grid: int, d: hopper._Dims, section: int) -> list[int]:
+        num_m, batch_heads = math.ceil(d.seqlen_q / 128), d.batch * d.heads
+
+        def blocks(item: int) -> int:
+            first_bh = (item // (section * num_m)) * section
+            m = num_m - 1 - (item % (section * num_m)) // min(section, batch_heads - first_bh)
+            return math.ceil(min(m * 128 + 128, d.seqlen_k) / 128) + hopper._ITEM_BLOCKS
+
+        bounds = entries[: grid + 1]
+        return [sum(blocks(i) for i in entries[bounds[c] : bounds[c + 1]]) for c in range(grid)]
+
+    for seq, batch, heads, section in ((2048, 8, 16, 32), (16384, 1, 16, 4), (1000, 3, 5, 15)):
+        d = hopper._Dims(batch, heads, heads, seq, seq, 128)
+        items = math.ceil(seq / 128) * batch * heads
+        grid = min(items, 132)
+        entries = hopper._schedule_entries(d, 128, 128, True, grid, section)
+        assert entries[0] == grid + 1
+        assert entries[grid] == len(entries)
+        assert sorted(entries[grid + 1 :]) == list(range(items))
+        balanced = loads(entries, grid, d, section)
+        assert max(balanced) <= 1.02 * sum(balanced) / grid or items < 2 * grid
+        if seq == 2048:
+            dealt = [
+                grid + 1 + sum(1 for i in range(items) if i % grid < c) for c in range(grid + 1)
+            ]
+            dealt += sorted(range(items), key=lambda i: i % grid)
+            fixed = loads(dealt, grid, d, section)
+            assert max(fixed) > 1.1 * sum(fixed) / grid

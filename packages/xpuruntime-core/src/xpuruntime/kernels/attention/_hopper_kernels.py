@@ -204,19 +204,24 @@ def _p_operand(p, dtype: gl.constexpr, layout: gl.constexpr):
 
 @gluon.jit
 def _work(
-    tile, seqlen_q, num_heads, batch_heads, section,
-    BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr,
+    SCHED, tile, seqlen_q, num_heads, batch_heads, section,
+    BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr, LPT: gl.constexpr,
 ):  # fmt: skip
     """The work item ``tile``: (batch, head, batch x head, first query row). Without
-    ``PERSISTENT`` the program ids name it. ``seqlen_q`` is the grid's (the longest) query
-    length.
+    ``PERSISTENT`` or ``LPT`` the program ids name it (a 2-D grid). ``seqlen_q`` is the
+    grid's (the longest) query length.
 
-    Persistent order: (batch x head) runs in sections of ``section`` (their keys and values
-    fit in L2 together); within a section the query tiles go row-block-major, heads minor,
-    so the CTAs running at once share a few heads' keys. Causal: the last query tiles (the
-    most key blocks) come first, so the short tiles fill the end (longest-first)."""
+    The 1-D order (``LPT``: one CTA per item, which the hardware dispatches in this order as
+    earlier CTAs finish; ``PERSISTENT``: ``tile`` is a position in the CTA's schedule,
+    ``SCHED``, whose entry is the item): (batch x head) runs in sections of ``section``
+    (their keys and values fit in L2 together); within a section the query tiles go
+    row-block-major, heads minor, so the CTAs running at once share a few heads' keys.
+    Causal: the last query tiles (the most key blocks) come first, so the short tiles fill
+    the end (longest-first)."""
     num_m = gl.cdiv(seqlen_q, BLOCK_M)
-    if PERSISTENT:
+    if PERSISTENT or LPT:
+        if PERSISTENT:
+            tile = gl.load(SCHED + tile)
         per_section = section * num_m
         first_bh = (tile // per_section) * section
         size = gl.minimum(section, batch_heads - first_bh)  # the last section may be short
@@ -271,18 +276,20 @@ def _key_blocks(
 
 
 @gluon.jit
-def _tiles(seqlen_q, batch_heads, BLOCK_M: gl.constexpr, PERSISTENT: gl.constexpr):
-    """This CTA's work items as range bounds: every grid-th from its id, or the one its
-    program ids name."""
+def _tiles(PERSISTENT: gl.constexpr, LPT: gl.constexpr, SCHED):
+    """This CTA's work items as range bounds: its part of the schedule (``PERSISTENT``:
+    ``SCHED[pid]`` to ``SCHED[pid + 1]``, positions of ``SCHED`` holding items, see
+    :func:`_work`), the one item its id names (``LPT``), or the one the program ids name."""
     if PERSISTENT:
+        first = gl.load(SCHED + gl.program_id(0))
+        end = gl.load(SCHED + gl.program_id(0) + 1)
+    elif LPT:
         first = gl.program_id(0)
-        end = gl.cdiv(seqlen_q, BLOCK_M) * batch_heads
-        step = gl.num_programs(0)
+        end = first + 1
     else:
         first = 0
         end = 1
-        step = 1
-    return first, end, step
+    return first, end
 
 
 @gluon.jit
@@ -362,11 +369,11 @@ def _store_rows(
 @gluon.jit
 def _consumer(
     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready, v_empty,
-    turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, stride_os, stride_oh, stride_lh,
-    seqlen_q, seqlen_k, num_heads, group, batch_heads, section, q_blocks, k_blocks, qk_scale,
-    WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M_WG: gl.constexpr,
+    turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED, stride_os, stride_oh,
+    stride_lh, seqlen_q, seqlen_k, num_heads, group, batch_heads, section, q_blocks, k_blocks,
+    qk_scale, WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M_WG: gl.constexpr,
     BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-    PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr, VARLEN: gl.constexpr,
+    PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr, LPT: gl.constexpr, VARLEN: gl.constexpr,
     EXP_EMU: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_F32: gl.constexpr,
 ):  # fmt: skip
     """Consumer warpgroup ``WG``: for each work item, its BLOCK_M_WG query rows against every
@@ -398,11 +405,12 @@ def _consumer(
 
     ring0 = 0
     count = 0
-    first, end, step = _tiles(seqlen_q, batch_heads, BLOCK_M, PERSISTENT)
-    for tile in range(first, end, step):
+    first, end = _tiles(PERSISTENT, LPT, SCHED)
+    for tile in range(first, end):
         b, h, bh, start_m = _work(
-            tile, seqlen_q, num_heads, batch_heads, section, BLOCK_M, CAUSAL, PERSISTENT
-        )
+            SCHED, tile, seqlen_q, num_heads, batch_heads, section, BLOCK_M, CAUSAL, PERSISTENT,
+            LPT,
+        )  # fmt: skip
         q_start, _k_start, len_q, len_k = _sequence(CU_Q, CU_K, b, seqlen_q, seqlen_k, VARLEN)
         if VARLEN:
             live = start_m < len_q  # as the producer: tiles past the sequence are skipped
@@ -532,9 +540,9 @@ def _consumer(
 @gluon.jit
 def _producer(
     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty,
-    v_ready, v_empty, CU_Q, CU_K, seqlen_q, seqlen_k, num_heads, group, batch_heads, section,
-    NUM_WG: gl.constexpr, BLOCK_M_WG: gl.constexpr, BLOCK_N: gl.constexpr,
-    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr,
+    v_ready, v_empty, CU_Q, CU_K, SCHED, seqlen_q, seqlen_k, num_heads, group, batch_heads,
+    section, NUM_WG: gl.constexpr, BLOCK_M_WG: gl.constexpr, BLOCK_N: gl.constexpr,
+    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr, LPT: gl.constexpr,
     VARLEN: gl.constexpr,
 ):  # fmt: skip
     """The load warp: per work item, the query tiles, then key and value tiles through the
@@ -547,11 +555,12 @@ def _producer(
     FP8: gl.constexpr = q_desc.dtype.primitive_bitwidth == 8
     ring0 = 0
     count = 0
-    first, end, step = _tiles(seqlen_q, batch_heads, BLOCK_M, PERSISTENT)
-    for tile in range(first, end, step):
+    first, end = _tiles(PERSISTENT, LPT, SCHED)
+    for tile in range(first, end):
         b, h, _bh, start_m = _work(
-            tile, seqlen_q, num_heads, batch_heads, section, BLOCK_M, CAUSAL, PERSISTENT
-        )
+            SCHED, tile, seqlen_q, num_heads, batch_heads, section, BLOCK_M, CAUSAL, PERSISTENT,
+            LPT,
+        )  # fmt: skip
         q_start, k_start, len_q, len_k = _sequence(CU_Q, CU_K, b, seqlen_q, seqlen_k, VARLEN)
         if VARLEN:
             live = start_m < len_q  # as the consumers: tiles past the sequence are skipped
@@ -602,21 +611,24 @@ def _producer(
 
 @gluon.jit
 def _xrt_attn_fwd_hopper(
-    q_desc, k_desc, v_desc, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, stride_os, stride_oh,
-    stride_lh, seqlen_q, seqlen_k, num_heads, group, batch_heads, section, q_blocks, k_blocks,
-    qk_scale,
+    q_desc, k_desc, v_desc, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED, stride_os,
+    stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group, batch_heads, section, q_blocks,
+    k_blocks, qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_M_WG: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, NUM_WG: gl.constexpr,
-    PERSISTENT: gl.constexpr, VARLEN: gl.constexpr, EXP_EMU: gl.constexpr,
+    PERSISTENT: gl.constexpr, LPT: gl.constexpr, VARLEN: gl.constexpr, EXP_EMU: gl.constexpr,
     K_SCALE_BLOCK: gl.constexpr, P_F32: gl.constexpr,
 ):  # fmt: skip
     """Launch with num_warps=4 (the first consumer warpgroup; the other ``NUM_WG - 1`` and
-    the producer warp are worker partitions). Without ``PERSISTENT`` one CTA per
-    (NUM_WG * BLOCK_M_WG query rows, batch x head), a 2-D grid; with it a 1-D grid of at most
-    one CTA per SM, each looping over work items (:func:`_work`; ``batch_heads`` = batch x
-    heads, ``section`` = batch x heads per L2 section). Dense, ``seqlen_k`` must be positive
-    (the launcher handles empty keys).
+    the producer warp are worker partitions). One CTA per (NUM_WG * BLOCK_M_WG query rows,
+    batch x head): a 2-D grid, or with ``LPT`` a 1-D grid in the longest-first order of
+    :func:`_work` (``batch_heads`` = batch x heads, ``section`` = batch x heads per L2
+    section). ``PERSISTENT``: a 1-D grid of at most one CTA per SM, each looping over the
+    work items its part of ``SCHED`` names (int32: entries ``pid`` and ``pid + 1`` bound the
+    CTA's positions in ``SCHED``, each position holding an item's index in that order; the
+    launcher balances the CTAs' key blocks). Dense, ``seqlen_k`` must be positive (the
+    launcher handles empty keys).
 
     ``VARLEN``: packed sequences, batch ``i`` being rows ``CU_Q[i]:CU_Q[i+1]`` (queries) and
     ``CU_K[i]:CU_K[i+1]`` (keys, values) of (total, heads, head_dim) tensors, seen by the
@@ -624,8 +636,8 @@ def _xrt_attn_fwd_hopper(
     longest lengths (the grid's), ``Out`` with ``stride_os``/``stride_oh`` addresses the
     output for the row-by-row store of a tile that ends past its sequence, and the
     log-sum-exp is (heads, total_q) with head stride ``stride_lh``. Dense calls leave those
-    three unused. Packed calls run without ``PERSISTENT`` (a 2-D grid over the longest
-    sequence's query tiles).
+    three unused. Packed calls run on the 2-D grid (over the longest sequence's query
+    tiles).
 
     fp8 (descriptors of e4m3 query and key, and of the value transposed, (batch, kv_heads,
     head_dim, seqlen_k), as fp8 wgmma reads both operands K-major; the output descriptor's
@@ -635,7 +647,8 @@ def _xrt_attn_fwd_hopper(
     value's channel scales, all float32 and contiguous. Dense only. 16-bit calls leave them
     unused. ``EXP_EMU``: one exponential in four on the FMA pipe. ``P_F32``:
     P carried between blocks in float32 (:func:`_consumer_blocks`; fp8 needs it)."""
-    gl.static_assert(not (PERSISTENT and VARLEN), "packed batches run non-persistent")
+    gl.static_assert(not ((PERSISTENT or LPT) and VARLEN), "packed batches run on a 2-D grid")
+    gl.static_assert(not (PERSISTENT and LPT), "persistent or one CTA per item, not both")
     dtype: gl.constexpr = q_desc.dtype
     bits: gl.constexpr = dtype.primitive_bitwidth
     FP8: gl.constexpr = bits == 8
@@ -691,25 +704,25 @@ def _xrt_attn_fwd_hopper(
             [
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, stride_os,
-                    stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group, batch_heads,
-                    section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, HEAD_DIM, BLOCK_M_WG,
-                    BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, VARLEN, EXP_EMU,
-                    K_SCALE_BLOCK, P_F32,
+                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
+                    stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
+                    batch_heads, section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, HEAD_DIM,
+                    BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT, VARLEN,
+                    EXP_EMU, K_SCALE_BLOCK, P_F32,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, stride_os,
-                    stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group, batch_heads,
-                    section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, HEAD_DIM, BLOCK_M_WG,
-                    BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, VARLEN, EXP_EMU,
-                    K_SCALE_BLOCK, P_F32,
+                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
+                    stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
+                    batch_heads, section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, HEAD_DIM,
+                    BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT, VARLEN,
+                    EXP_EMU, K_SCALE_BLOCK, P_F32,
                 )),
                 (_producer, (
                     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,
-                    k_empty, v_ready, v_empty, CU_Q, CU_K, seqlen_q, seqlen_k, num_heads, group,
-                    batch_heads, section, NUM_WG, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL,
-                    PERSISTENT, VARLEN,
+                    k_empty, v_ready, v_empty, CU_Q, CU_K, SCHED, seqlen_q, seqlen_k, num_heads,
+                    group, batch_heads, section, NUM_WG, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL,
+                    PERSISTENT, LPT, VARLEN,
                 )),
             ],
             [4, 1],
@@ -721,33 +734,33 @@ def _xrt_attn_fwd_hopper(
             [
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, stride_os,
-                    stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group, batch_heads,
-                    section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, HEAD_DIM, BLOCK_M_WG,
-                    BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, VARLEN, EXP_EMU,
-                    K_SCALE_BLOCK, P_F32,
+                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
+                    stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
+                    batch_heads, section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, HEAD_DIM,
+                    BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT, VARLEN,
+                    EXP_EMU, K_SCALE_BLOCK, P_F32,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, stride_os,
-                    stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group, batch_heads,
-                    section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, HEAD_DIM, BLOCK_M_WG,
-                    BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, VARLEN, EXP_EMU,
-                    K_SCALE_BLOCK, P_F32,
+                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
+                    stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
+                    batch_heads, section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, HEAD_DIM,
+                    BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT, VARLEN,
+                    EXP_EMU, K_SCALE_BLOCK, P_F32,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, stride_os,
-                    stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group, batch_heads,
-                    section, q_blocks, k_blocks, qk_scale, 2, NUM_WG, HEAD_DIM, BLOCK_M_WG,
-                    BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, VARLEN, EXP_EMU,
-                    K_SCALE_BLOCK, P_F32,
+                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
+                    stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
+                    batch_heads, section, q_blocks, k_blocks, qk_scale, 2, NUM_WG, HEAD_DIM,
+                    BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT, VARLEN,
+                    EXP_EMU, K_SCALE_BLOCK, P_F32,
                 )),
                 (_producer, (
                     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,
-                    k_empty, v_ready, v_empty, CU_Q, CU_K, seqlen_q, seqlen_k, num_heads, group,
-                    batch_heads, section, NUM_WG, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL,
-                    PERSISTENT, VARLEN,
+                    k_empty, v_ready, v_empty, CU_Q, CU_K, SCHED, seqlen_q, seqlen_k, num_heads,
+                    group, batch_heads, section, NUM_WG, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL,
+                    PERSISTENT, LPT, VARLEN,
                 )),
             ],
             [4, 4, 1],

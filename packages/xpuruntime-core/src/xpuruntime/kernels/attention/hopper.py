@@ -10,15 +10,20 @@ GEMMs, ping-pong; ``np``: they issue freely). The optional flags, in this order:
 
 - ``w3``: three consumer warpgroups (160 registers each) instead of two (240 each), so a CTA
   covers 3 x rows query rows;
-- ``p``: persistent: one CTA per SM (at most) loops over the work items, causal ones
-  longest-first, heads in L2-sized sections; the ring runs on across items and the output
-  is staged in its own shared-memory tiles, so the next item's loads overlap this one's end;
+- ``p``: persistent: one CTA per SM (at most) loops over the work items the host dealt it
+  (:func:`_schedule_entries`: causal ones longest-first, heads in L2-sized sections, each
+  item to the CTA with the fewest key blocks so far); the ring runs on across items and the
+  output is staged in its own shared-memory tiles, so the next item's loads overlap this
+  one's end;
+- ``l``: one CTA per work item as without ``p``, on a 1-D grid in ``p``'s order (L2
+  sections, causal items longest-first), which the hardware dispatches as CTAs finish:
+  longest-first scheduling without a persistent loop;
 - ``e4``: one exponential of the softmax in 4 computed on the FMA pipe by a polynomial
   instead of the special-function unit (``_hopper_kernels._exp2``), where the softmax's
   exponentials, not the GEMMs, bound a block (fp8; at head size 64 in 16 bits it measured
   slower, see docs/attention.md).
 
-E.g. ``m64n128s2pp_w3p``, ``m64n128s3pp_e4``. ``XPURUNTIME_HOPPER_ATTENTION_VARIANT``
+E.g. ``m64n128s2pp_w3p``, ``m64n128s2pp_l``, ``m64n128s3pp_e4``. ``XPURUNTIME_HOPPER_ATTENTION_VARIANT``
 overrides the default per head size, so one GPU run can time them all (and
 ``XPURUNTIME_HOPPER_FP8_VARIANT`` the fp8 kernel's: :func:`fp8_variant`).
 """
@@ -26,6 +31,7 @@ overrides the default per head size, so one GPU run can time them all (and
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 import os
 import re
@@ -42,9 +48,11 @@ __all__ = [
     "FP8_HEAD_DIMS",
     "HEAD_DIMS",
     "VARIANT_ENV",
+    "ForwardRun",
     "Fp8Scales",
     "Variant",
     "hopper_attention_forward",
+    "hopper_attention_forward_run",
     "hopper_fp8_forward",
     "parse_variant",
     "tma_addressable",
@@ -72,6 +80,8 @@ class Variant:
     pingpong: bool
     num_wg: int = 2
     persistent: bool = False
+    #: One CTA per work item on a 1-D grid in the persistent order.
+    lpt: bool = False
     #: One exponential in four on the FMA pipe.
     exp_emu: bool = False
     producer_regs: int = 24
@@ -92,6 +102,7 @@ class Variant:
         flags = (
             ("w3" if self.num_wg == 3 else "")
             + ("p" if self.persistent else "")
+            + ("l" if self.lpt else "")
             + ("e4" if self.exp_emu else "")
         )
         return f"m{self.block_m_wg}n{self.block_n}s{self.num_stages}{schedule}" + (
@@ -106,16 +117,18 @@ class Variant:
         return element_size * (q_tile + 2 * self.num_stages * self.block_n * head_dim) + out_tiles
 
 
-#: Candidates per head size, default first. All compile for sm_90a without spills
-#: (``scripts/hopper_attention_compile.py``). The defaults are the fastest measured on an H100
-#: (``scripts/hopper_attention_check.py --variants all``, docs/attention.md): at head size 64
-#: three consumer warpgroups (1.04x cuDNN at S4096 against 0.92x with two).
+#: Candidates per head size (``--variants all`` of the scripts; the defaults are
+#: :data:`_DEFAULTS`'). All compile for sm_90a without spills
+#: (``scripts/hopper_attention_compile.py``).
 _VARIANTS: dict[int, tuple[str, ...]] = {
     64: (
         "m64n128s2pp_w3", "m64n128s2pp", "m64n128s2np", "m64n128s3pp", "m128n64s2pp",
-        "m64n128s2pp_p", "m64n128s3pp_p",
+        "m64n128s2pp_p", "m64n128s3pp_p", "m64n128s2pp_l", "m64n128s2pp_w3l",
     ),
-    128: ("m64n128s2pp", "m64n128s2np", "m64n64s3pp", "m64n128s3pp", "m64n128s2pp_p", "m64n128s2np_p"),
+    128: (
+        "m64n128s2pp", "m64n128s2np", "m64n64s3pp", "m64n128s3pp", "m64n128s2pp_p",
+        "m64n128s2np_p", "m64n128s2pp_l",
+    ),
     256: ("m64n64s2pp", "m64n64s2np"),
 }  # fmt: skip
 HEAD_DIMS = tuple(_VARIANTS)
@@ -134,18 +147,18 @@ FP8_HEAD_DIMS = tuple(_FP8_VARIANTS)
 
 
 def variant_names(head_dim: int, *, fp8: bool = False) -> tuple[str, ...]:
-    """The candidate variants of ``head_dim`` (of the fp8 kernel with ``fp8``), default
-    first."""
+    """The candidate variants of ``head_dim`` (of the fp8 kernel with ``fp8``: default
+    first)."""
     return _FP8_VARIANTS[head_dim] if fp8 else _VARIANTS[head_dim]
 
 
 def parse_variant(name: str) -> Variant:
     """``m64n128s2pp_w3p`` -> Variant(64, 128, 2, pingpong=True, num_wg=3, persistent=True)."""
-    match = re.fullmatch(r"m(\d+)n(\d+)s(\d+)(pp|np)(?:_(?=.)(w3)?(p)?(e4)?)?", name.strip())
+    match = re.fullmatch(r"m(\d+)n(\d+)s(\d+)(pp|np)(?:_(?=.)(w3)?(p|l)?(e4)?)?", name.strip())
     if match is None:
         raise InvalidArgumentError(
             f"hopper attention variant {name!r} is not of the form "
-            "m<rows>n<keys>s<stages>pp|np[_[w3][p][e4]]"
+            "m<rows>n<keys>s<stages>pp|np[_[w3][p|l][e4]]"
         )
     rows, keys, stages = (int(match.group(i)) for i in (1, 2, 3))
     if rows not in (64, 128) or keys not in (64, 128, 192, 256) or stages not in (2, 3, 4):
@@ -159,24 +172,41 @@ def parse_variant(name: str) -> Variant:
         stages,
         match.group(4) == "pp",
         num_wg=3 if match.group(5) else 2,
-        persistent=bool(match.group(6)),
+        persistent=match.group(6) == "p",
+        lpt=match.group(6) == "l",
         exp_emu=bool(match.group(7)),
     )
 
 
-#: Causal defaults where they differ from the head size's first candidate, below
-#: :data:`_CAUSAL_LONG_KEYS` keys: three consumer warpgroups (192 query rows a CTA) win on
-#: full attention at head size 64 but lose on short causal sequences (H100: 0.61x cuDNN at
-#: S2048 against 0.82x with two; H200: 0.63x against 0.81x), and win again on long ones
-#: (H200: 1.09x against 0.98x at S8192, 1.08x against 1.04x at S16384).
-_CAUSAL_DEFAULTS = {64: "m64n128s2pp"}
-_CAUSAL_LONG_KEYS = 8192
+_NO_LIMIT = 1 << 62
+#: Defaults per (head size, causal): (keys below which it applies, variant), the first that
+#: applies. Kernels alone on an H200 (``benchmarks/hopper_variants.py``, docs/attention.md):
+#: the persistent variants (``_p``, their work dealt by key blocks) win on short sequences,
+#: where a CTA's start and end (first loads, output store) are a large share of its work and
+#: the persistent loop overlaps them with the next item's, and on causal ones up to 8192 keys
+#: at head size 64 and at every length at 128; three consumer warpgroups (192 query rows a
+#: CTA) win from 2048 keys at head size 64 (full), from 8192 causal with one CTA per item.
+_DEFAULTS: dict[tuple[int, bool], tuple[tuple[int, str], ...]] = {
+    (64, False): ((2048, "m64n128s2pp_p"), (_NO_LIMIT, "m64n128s2pp_w3")),
+    (64, True): ((8192, "m64n128s2pp_p"), (_NO_LIMIT, "m64n128s2pp_w3l")),
+    (128, False): ((16384, "m64n128s2pp_p"), (_NO_LIMIT, "m64n128s2pp")),
+    (128, True): ((_NO_LIMIT, "m64n128s2pp_p"),),
+    (256, False): ((_NO_LIMIT, "m64n64s2pp"),),
+    (256, True): ((_NO_LIMIT, "m64n64s2pp"),),
+}  # fmt: skip
 
 
-def _variant(head_dim: int, given: str | None, causal: bool = False, seqlen_k: int = 0) -> Variant:
-    short_causal = causal and seqlen_k < _CAUSAL_LONG_KEYS
-    default = (short_causal and _CAUSAL_DEFAULTS.get(head_dim)) or _VARIANTS[head_dim][0]
-    return _checked_variant(head_dim, given or os.environ.get(VARIANT_ENV) or default)
+def _variant(head_dim: int, given: str | None, causal: bool, seqlen_k: int) -> tuple[Variant, str]:
+    """The variant a call runs before the twins of :func:`forward_plan`, and why."""
+    if given:
+        return _checked_variant(head_dim, given), "given"
+    if os.environ.get(VARIANT_ENV):
+        return _checked_variant(head_dim, os.environ[VARIANT_ENV]), f"from {VARIANT_ENV}"
+    name = next(name for below, name in _DEFAULTS[head_dim, causal] if seqlen_k < below)
+    mask = "causal" if causal else "full"
+    return _checked_variant(
+        head_dim, name
+    ), f"the default at head size {head_dim}, {mask}, {seqlen_k} keys"
 
 
 @functools.cache
@@ -364,12 +394,81 @@ def _grid(
     order: a power of two key/value heads whose keys and values fit the section's bytes,
     times the query heads sharing each."""
     m_tiles = math.ceil(d.seqlen_q / config.block_m)
-    if not config.persistent:
+    if not (config.persistent or config.lpt):
         return (m_tiles, d.batch * d.heads), 1
     kv_bytes = 2 * d.seqlen_k * d.head_dim * element_size
     fit = max(1, _L2_SECTION_BYTES // kv_bytes)
     section = min((1 << (fit.bit_length() - 1)) * (d.heads // d.kv_heads), d.batch * d.heads)
-    return (min(m_tiles * d.batch * d.heads, _sm_count(device_index)),), section
+    items = m_tiles * d.batch * d.heads
+    if config.lpt:
+        return (items,), section
+    return (min(items, _sm_count(device_index)),), section
+
+
+#: A work item's cost beyond its key blocks, in blocks: its last P·V and output store, and
+#: the next item's first GEMM behind them (about one block), for the persistent schedules.
+_ITEM_BLOCKS = 1
+#: The persistent schedules built, per device and shape. None is ever dropped: a CUDA graph
+#: captured with one keeps its address (they take 4 bytes a work item).
+_SCHEDULES: dict[tuple[Any, ...], torch.Tensor] = {}
+
+
+def _schedule_entries(
+    d: _Dims, block_m: int, block_n: int, causal: bool, grid: int, section: int
+) -> list[int]:
+    """The persistent kernel's ``SCHED`` (``_hopper_kernels._xrt_attn_fwd_hopper``): ``grid +
+    1`` bounds, then each CTA's work items (their indices in the kernel's longest-first
+    order), dealt in that order to the CTA with the fewest key blocks so far (greedy
+    longest-processing-time scheduling, which the hardware does for a non-persistent grid by
+    dispatching CTAs as others finish). With a fixed deal (item ``i`` to CTA ``i % grid``)
+    causal CTAs differ by up to 30 % in work."""
+    num_m = math.ceil(d.seqlen_q / block_m)
+    batch_heads = d.batch * d.heads
+    per_section = section * num_m
+    parts: list[list[int]] = [[] for _ in range(grid)]
+    loads = [(0, cta) for cta in range(grid)]
+    for item in range(num_m * batch_heads):
+        first_bh = (item // per_section) * section
+        m = (item % per_section) // min(section, batch_heads - first_bh)
+        if causal:
+            m = num_m - 1 - m
+            keys = min(m * block_m + block_m, d.seqlen_k)
+        else:
+            keys = d.seqlen_k
+        load, cta = heapq.heappop(loads)
+        parts[cta].append(item)
+        heapq.heappush(loads, (load + math.ceil(keys / block_n) + _ITEM_BLOCKS, cta))
+    bounds = [grid + 1]
+    for part in parts:
+        bounds.append(bounds[-1] + len(part))
+    return bounds + [item for part in parts for item in part]
+
+
+def _schedule(
+    config: Variant, d: _Dims, causal: bool, grid: int, section: int, device: torch.device
+) -> torch.Tensor | None:
+    """The persistent schedule of this shape on ``device``, built on first use; None while
+    the current stream captures a CUDA graph and it is not built yet (the copy to the device
+    cannot be captured)."""
+    import torch
+
+    key = (device, grid, section, d.batch, d.heads, d.seqlen_q, d.seqlen_k,
+           config.block_m, config.block_n, causal)  # fmt: skip
+    built = _SCHEDULES.get(key)
+    if built is not None or torch.cuda.is_current_stream_capturing():
+        return built
+    entries = _schedule_entries(d, config.block_m, config.block_n, causal, grid, section)
+    if entries[-1] >= 2**31 or len(entries) >= 2**31:
+        raise UnsupportedOperationError(
+            f"hopper attention: {len(entries)} persistent schedule entries do not fit the "
+            "kernel's 32-bit indices; name a variant without _p"
+        )
+    sched = torch.tensor(entries, dtype=torch.int32).to(device)
+    # The copy from pageable memory may still be in flight when .to returns: done before
+    # another stream reads it.
+    torch.cuda.current_stream(device).synchronize()
+    _SCHEDULES[key] = sched
+    return sched
 
 
 @dataclass(frozen=True)
@@ -396,10 +495,12 @@ def _launch(
     scale: float,
     cu_seqlens: tuple[torch.Tensor, torch.Tensor] | None,
     fp8: Fp8Scales | None = None,
+    sched: torch.Tensor | None = None,
 ) -> None:
     """Launch on the current stream. ``q``, ``k``, ``v`` and ``out`` are 4-D (batch, heads,
     seq, head_dim) views, (1, heads, total, head_dim) when ``cu_seqlens`` is given; with
     ``fp8`` the inputs are e4m3 and ``v`` is transposed, (batch, kv_heads, head_dim, seq).
+    ``sched``: the persistent variant's schedule (:func:`_schedule`) for this grid.
     :func:`.gluon_launch.launch` keeps the kernel the JIT compiled for the first call of its
     kind and launches it directly afterwards."""
     from xpuruntime.kernels.attention import _hopper_kernels
@@ -412,7 +513,7 @@ def _launch(
         _descriptor(k, config.block_n),
         _descriptor(v, d.head_dim, config.block_n) if fp8 else _descriptor(v, config.block_n),
         _descriptor(out, config.block_m_wg),
-        out, lse, cu_q, cu_k, *scales,
+        out, lse, cu_q, cu_k, *scales, sched if sched is not None else lse,  # unused: 2-D
         out.stride(2), out.stride(1), lse.stride(-2), d.seqlen_q, d.seqlen_k, d.heads,
         d.heads // d.kv_heads, d.batch * d.heads, section,
         fp8.q.shape[2] if fp8 is not None else 0, fp8.k.shape[2] if fp8 is not None else 0,
@@ -429,12 +530,24 @@ def _launch(
         "PRODUCER_REGS": config.producer_regs,
         "NUM_WG": config.num_wg,
         "PERSISTENT": config.persistent,
+        "LPT": config.lpt,
         "VARLEN": cu_seqlens is not None,
         "EXP_EMU": config.exp_emu,
         "P_F32": fp8 is not None,
         "K_SCALE_BLOCK": fp8.k_block if fp8 is not None else config.block_n,
     }
     gluon_launch.launch(_hopper_kernels._xrt_attn_fwd_hopper, grid, args, constants)
+
+
+@dataclass(frozen=True)
+class ForwardRun:
+    """What :func:`hopper_attention_forward_run` computed and ran: ``variant`` is None when no
+    kernel ran (no query row or no key), and ``why`` says why this variant."""
+
+    out: torch.Tensor
+    lse: torch.Tensor
+    variant: Variant | None
+    why: str
 
 
 def hopper_attention_forward(
@@ -452,7 +565,32 @@ def hopper_attention_forward(
     max_seqlen_q: int | None = None,
     max_seqlen_k: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(output, log-sum-exp) of softmax(scale · Q Kᵀ) V on an H100/H200.
+    """(output, log-sum-exp): :func:`hopper_attention_forward_run`'s, which see."""
+    run = hopper_attention_forward_run(
+        q, k, v, causal=causal, scale=scale, variant=variant, stream=stream, out=out,
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k,
+    )  # fmt: skip
+    return run.out, run.lse
+
+
+def hopper_attention_forward_run(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    scale: float | None = None,
+    variant: str | None = None,
+    stream: int | None = None,
+    out: torch.Tensor | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+) -> ForwardRun:
+    """The output and log-sum-exp of softmax(scale · Q Kᵀ) V on an H100/H200, and the variant
+    that ran.
 
     ``q`` is (batch, heads, seqlen_q, head_dim), ``k`` and ``v`` (batch, kv_heads, seqlen_k,
     head_dim), bfloat16 or float16, head size 64, 128 or 256; any strides with a unit-stride
@@ -472,8 +610,11 @@ def hopper_attention_forward(
     weight 0, so those must hold finite numbers (0 · NaN is NaN), as real tokens do; xrt_flash
     does not read them.
 
-    ``variant`` (default: ``XPURUNTIME_HOPPER_ATTENTION_VARIANT`` or the head size's first)
-    picks the tiles and schedule. ``stream`` (a raw ``cudaStream_t``; default: the current
+    ``variant`` (default: ``XPURUNTIME_HOPPER_ATTENTION_VARIANT``, else :data:`_DEFAULTS` by
+    head size, mask and key length) picks the tiles and schedule. A persistent or ``_l``
+    variant runs as its 2-D twin on packed batches, and a persistent one as its ``_l`` twin
+    while a CUDA graph is captured before the shape's schedule is built (a call outside the
+    capture builds it); the result says which ran. ``stream`` (a raw ``cudaStream_t``; default: the current
     stream) is the stream the work runs on; the current stream is left as it was. ``out``
     (the query's shape, dtype and device) receives the output and is returned; when TMA cannot
     address it (unaligned strides), the kernel writes a temporary that is then copied there.
@@ -502,13 +643,15 @@ def hopper_attention_forward(
         return x.transpose(0, 1).unsqueeze(0) if packed else x
 
     scale = 1.0 / math.sqrt(d.head_dim) if scale is None else float(scale)
-    config = _variant(d.head_dim, variant, causal, d.seqlen_k)
-    if packed and config.persistent:
-        # Packed batches run the variant's non-persistent twin: the persistent work list would
-        # give every (sequence, head) as many query tiles as the longest sequence (empty ones
-        # skipped in turn), and its head-size-128 build spills at its partitions' entry.
-        config = replace(config, persistent=False)
-    if d.batch * d.heads > 65535 and not config.persistent:  # the grid's second dimension
+    config, why = _variant(d.head_dim, variant, causal, d.seqlen_k)
+    if packed and (config.persistent or config.lpt):
+        # Packed batches run the variant's 2-D twin: the 1-D work list would give every
+        # (sequence, head) as many query tiles as the longest sequence (empty ones skipped in
+        # turn), and the persistent head-size-128 build spills at its partitions' entry.
+        why += f"; {config.name} runs as its 2-D twin on packed sequences"
+        config = replace(config, persistent=False, lpt=False)
+    two_d = not (config.persistent or config.lpt)
+    if two_d and d.batch * d.heads > 65535:  # the grid's second dimension
         raise UnsupportedOperationError(
             f"hopper attention launches one CTA row per (batch, head): {d.batch * d.heads} is "
             "past CUDA's 65535 limit on a grid's y dimension"
@@ -531,18 +674,32 @@ def hopper_attention_forward(
             lse = torch.empty((d.batch, d.heads, d.seqlen_q), dtype=torch.float32, device=q.device)
             no_query = target.numel() == 0
             no_key = d.seqlen_k == 0
+        ran: Variant | None = None
         if no_query:  # no row to compute (packed: rows of no sequence are left as they are)
             lse.fill_(float("-inf"))
+            why = "no kernel: no query row"
         elif no_key:  # nothing to attend to: zeros and -inf, as the Triton forward returns
             target.zero_()
             lse.fill_(float("-inf"))
+            why = "no kernel: no key"
         else:
-            _launch(config, d, q4, k4, v4, view(target), lse, causal, scale, cu_seqlens)
-        if out is None:
-            return target, lse
-        if target is not out:
+            sched = None
+            if config.persistent:
+                (grid,), section = _grid(config, d, q.element_size(), q.device.index)
+                sched = _schedule(config, d, causal, grid, section, q.device)
+                if sched is None:
+                    why += (
+                        f"; {config.name} runs as its _l twin: a CUDA graph is being captured "
+                        "before this shape's persistent schedule was built (one call outside "
+                        "the capture builds it)"
+                    )
+                    config = replace(config, persistent=False, lpt=True)
+            _launch(config, d, q4, k4, v4, view(target), lse, causal, scale, cu_seqlens,
+                    sched=sched)  # fmt: skip
+            ran = config
+        if out is not None and target is not out:
             out.copy_(target)
-    return out, lse
+    return ForwardRun(target if out is None else out, lse, ran, why)
 
 
 FP8_VARIANT_ENV = "XPURUNTIME_HOPPER_FP8_VARIANT"

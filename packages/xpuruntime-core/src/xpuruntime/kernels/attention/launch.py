@@ -397,7 +397,7 @@ def hopper_forward(
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
 
-    _, lse = hopper.hopper_attention_forward(  # packed (total, heads, dim) rows as they are
+    run = hopper.hopper_attention_forward_run(  # packed (total, heads, dim) rows as they are
         _bhsd(layout, q), _bhsd(layout, k), _bhsd(layout, v), causal=causal, scale=scale,
         stream=stream, out=_bhsd(layout, out),
         cu_seqlens_q=None if varlen is None else varlen.cu_seqlens_q,
@@ -405,9 +405,8 @@ def hopper_forward(
         max_seqlen_q=None if varlen is None else varlen.max_seqlen_q,
         max_seqlen_k=None if varlen is None else varlen.max_seqlen_k,
     )  # fmt: skip
-    detail = "gluon hopper forward (warp-specialised)"
-    chosen = os.environ.get(hopper.VARIANT_ENV)  # else the kernel's default for the call
-    return out, lse, detail + (f" variant {chosen} (from {hopper.VARIANT_ENV})" if chosen else "")
+    ran = f"variant {run.variant.name}: " if run.variant is not None else ""
+    return out, run.lse, f"gluon hopper forward (warp-specialised; {ran}{run.why})"
 
 
 def backward(
