@@ -1,6 +1,7 @@
 """Timing shared by the attention benchmarks (imported from beside them: run them as
 ``python benchmarks/<name>.py``): samples of back-to-back calls between CUDA events,
-interleaved across the implementations of a case.
+interleaved across the implementations of a case, and CUDA-graph replays of such calls (the
+kernels alone, no host work).
 
 Timed one implementation after another, whatever drifts over a case (the GPU's clocks)
 goes to some of them: in one H200 run the same Gluon kernel measured 551 and 591 TFLOP/s at
@@ -42,3 +43,20 @@ def interleaved_medians(
         for name in names[shift:] + names[:shift]:
             samples[name].append(sample_ms(fns[name], calls))
     return {name: statistics.median(times) for name, times in samples.items()}
+
+
+def graph_replay(fn: Callable[[], Any], calls: int) -> Callable[[], None]:
+    """A replay of ``calls`` calls of ``fn`` captured in a CUDA graph (``fn`` runs once
+    before the capture, so it compiles and allocates outside it)."""
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph.replay

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 import triton
-from _interleaved import interleaved_medians
+from _interleaved import graph_replay, interleaved_medians
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import xpuruntime.ops as ops
@@ -36,22 +36,6 @@ HOPPER = KernelPolicy(attention="xrt_flash_hopper")
 #: cuDNN's SDPA entry in ATen: (q, k, v, bias, compute_lse, dropout, causal, return_debug).
 CUDNN = torch.ops.aten._scaled_dot_product_cudnn_attention
 CALLS = 16
-
-
-def _graph_replay(fn: Callable[[], Any]) -> Callable[[], None]:
-    """A replay of ``CALLS`` calls of ``fn`` captured in a CUDA graph."""
-    graph = torch.cuda.CUDAGraph()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()  # compiled and allocated before capture
-        torch.cuda.synchronize()
-        with torch.cuda.graph(graph):
-            for _ in range(CALLS):
-                fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    return graph.replay
 
 
 def main() -> None:
@@ -92,7 +76,7 @@ def main() -> None:
             fn()
         torch.cuda.synchronize()
         eager = interleaved_medians(cases, 7, CALLS)
-        replays = {name: _graph_replay(fn) for name, fn in cases.items()}
+        replays = {name: graph_replay(fn, CALLS) for name, fn in cases.items()}
         graph = {n: ms / CALLS for n, ms in interleaved_medians(replays, 7, 1).items()}
         for name, fn in cases.items():
             times = (eager[name], graph[name], triton.testing.do_bench(fn, warmup=25, rep=100))

@@ -292,13 +292,16 @@ def bench_attention_step(repeats: int = 7) -> dict[str, Any]:
         row["core_ops_ms"] = timed(direct)
     except Exception as error:  # the core ops' own signature is the core's business
         row["core_ops_ms"] = f"not measured: {error}"
-    row.update(_step_against_cudnn(step, timed))
+    row.update(_step_against_cudnn(step, timed, loop_kernels))
     return row
 
 
-def _step_against_cudnn(step: Callable[[], None], timed: Callable[..., float]) -> dict[str, Any]:
+def _step_against_cudnn(
+    step: Callable[[], None], timed: Callable[..., float], loop_kernels: Callable[..., Any]
+) -> dict[str, Any]:
     """The same training step under xrt_flash_hopper (sm_90) and through SDPA's cuDNN backend
-    (the PyTorch user's fastest choice on Hopper), and their ratio (target >= 1.0)."""
+    (the PyTorch user's fastest choice on Hopper), their ratio (target >= 1.0) and each one's
+    kernels (``loop_kernels``: where the difference lies)."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -310,12 +313,15 @@ def _step_against_cudnn(step: Callable[[], None], timed: Callable[..., float]) -
         for _ in range(3):
             step()
         hopper_ms = timed(step)
+        hopper_kernels = loop_kernels(step)
     with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):  # fused_attention with no policy: SDPA
         for _ in range(3):
             step()
         cudnn_ms = timed(step)
+        cudnn_kernels = loop_kernels(step)
     return {"hopper_step_ms": hopper_ms, "cudnn_step_ms": cudnn_ms,
-            "hopper_vs_cudnn": cudnn_ms / hopper_ms}  # fmt: skip
+            "hopper_vs_cudnn": cudnn_ms / hopper_ms,
+            "hopper_step_kernels": hopper_kernels, "cudnn_step_kernels": cudnn_kernels}  # fmt: skip
 
 
 def main() -> int:
@@ -365,6 +371,11 @@ def main() -> int:
                 print(f"  the same step: xrt_flash_hopper {value['hopper_step_ms']:.3f} ms, SDPA "
                       f"cuDNN {value['cudnn_step_ms']:.3f} ms, hopper vs cuDNN "
                       f"{value['hopper_vs_cudnn']:.3f}x (target >= 1.0)")  # fmt: skip
+                for which in ("hopper", "cudnn"):
+                    busy, span, kernels = value[f"{which}_step_kernels"]
+                    print(f"  {which} step kernels: {busy:.3f} ms busy, {span:.3f} ms span")
+                    for kernel in kernels:
+                        print(f"    {kernel['ms']:8.3f} ms  {kernel['name']}")
         else:
             print(f"{key}: {value:.1f}")
     print(f"written: {args.json}")

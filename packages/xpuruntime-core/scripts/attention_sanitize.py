@@ -3,9 +3,16 @@ over the kernels' edge cases (partial last blocks, causal diagonal, GQA/MQA, pac
 with an empty one, both load paths); on sm_90 the same edge cases through xrt_flash_hopper's
 Gluon forward (every variant, each twice: through the JIT and through the kept kernel;
 packed sequences through the automatic choice) and backward (its default and its
-deterministic path). Sizes are tiny: the sanitizer slows kernels ~100x."""
+deterministic path). Sizes are tiny: the sanitizer slows kernels ~100x.
+
+    python3 attention_sanitize.py [--hopper-only] [--variants m64n128s2pp_p,...]
+
+``--hopper-only`` runs only the Hopper calls; ``--variants`` only those forward variants (of
+the head sizes they compile at), e.g. the ones a change touched."""
 
 from __future__ import annotations
+
+import argparse
 
 import torch
 
@@ -53,8 +60,11 @@ def packed(causal: bool) -> None:
     assert all(torch.isfinite(t).all() for t in (out, *grads))
 
 
-def hopper(heads: int, kv_heads: int, seq_q: int, seq_k: int, dim: int, causal: bool) -> None:
-    """The Gluon Hopper forward (every variant of the head size) and backward."""
+def hopper(
+    heads: int, kv_heads: int, seq_q: int, seq_k: int, dim: int, causal: bool, only: list[str]
+) -> None:
+    """The Gluon Hopper forward (every variant of the head size, or those of ``only`` it
+    has) and backward."""
     from xpuruntime.kernels.attention import hopper_bwd
     from xpuruntime.kernels.attention.hopper import hopper_attention_forward, variant_names
 
@@ -62,7 +72,7 @@ def hopper(heads: int, kv_heads: int, seq_q: int, seq_k: int, dim: int, causal: 
     k, v = (
         torch.randn(2, kv_heads, seq_k, dim, device="cuda", dtype=torch.bfloat16) for _ in range(2)
     )
-    for name in variant_names(dim):
+    for name in [n for n in variant_names(dim) if not only or n in only]:
         # Twice: the first call goes through Triton's JIT, the second launches the compiled
         # kernel it kept (gluon_launch), so both launch paths run under the sanitizer.
         first, _ = hopper_attention_forward(q, k, v, causal=causal, variant=name)
@@ -80,14 +90,22 @@ def hopper(heads: int, kv_heads: int, seq_q: int, seq_k: int, dim: int, causal: 
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hopper-only", action="store_true")
+    parser.add_argument("--variants", default="", help="comma-separated forward variants")
+    args = parser.parse_args()
+    only = [name for name in args.variants.split(",") if name]
     on_hopper = torch.cuda.get_device_capability() == (9, 0)
     for causal in (False, True):
-        dense(4, 4, 200, 64, causal)
-        dense(4, 1, 130, 128, causal)
-        packed(causal)
+        if not args.hopper_only:
+            dense(4, 4, 200, 64, causal)
+            dense(4, 1, 130, 128, causal)
+            packed(causal)
         if on_hopper:
-            hopper(4, 4, 200, 200, 64, causal)
-            hopper(4, 1, 130, 250, 128, causal)
+            hopper(4, 4, 200, 200, 64, causal, only)
+            hopper(4, 1, 130, 250, 128, causal, only)  # GQA 4:1, more keys than queries
+            # 240 work items: more than an H100/H200 has SMs, so a persistent CTA runs two.
+            hopper(40, 8, 300, 300, 64, causal, only)
     print("attention_sanitize: all calls finished")
 
 
