@@ -244,7 +244,7 @@ def run_one(c: Config, variants: list[str]) -> None:
     b, h, d = c["batch"], c["heads"], c["head_dim"]
     sq, sk, causal = c["seqlen_q"], c["seqlen_k"], c["causal"]
     flops = 4.0 * b * h * sq * sk * d * (0.5 if causal else 1.0)
-    names = variants or [hopper.variant_names(d)[0]]
+    names = variants or [hopper._variant(d, None, causal, sk)[0].name]  # the default
     ref_heads = sorted({0, h - 1})
     ref_o, ref_lse = _reference(q, k, v, causal, scale, ref_heads)
 
@@ -348,7 +348,7 @@ def run_varlen(c: Config, variants: list[str]) -> None:
     scale = 1.0 / math.sqrt(d)
     max_q, max_k = max(lens_q), max(lens_k)
     flops = 4.0 * c["heads"] * d * _visible_pairs(c)
-    names = variants or [hopper.variant_names(d)[0]]
+    names = variants or [hopper._variant(d, None, causal, max_k, packed=True)[0].name]
     varlen = launch.Varlen(cu_q, cu_k, max_q, max_k)
     # The float32 reference of three sequences (the first, the longest, the last with rows),
     # first and last query heads; the layout (seq, heads, dim) per sequence.

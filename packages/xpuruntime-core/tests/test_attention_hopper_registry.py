@@ -226,8 +226,8 @@ def test_forward_variant_names_round_trip_and_fp8_takes_its_own() -> None:
             assert hopper.fp8_variant(head_dim, name).name == name
     assert hopper.parse_variant("m64n128s3pp_e4").exp_emu
     assert not hopper.parse_variant("m64n128s3pp").exp_emu
-    # fp8 needs 64 query rows a warpgroup (its query scales), two warpgroups, no persistence.
-    for name in ("m128n64s2pp", "m64n128s2pp_w3", "m64n128s2pp_p"):
+    # fp8 needs 64 query rows a warpgroup (its query scales), two warpgroups, the 2-D grid.
+    for name in ("m128n64s2pp", "m64n128s2pp_w3", "m64n128s2pp_p", "m64n128s2pp_l"):
         with pytest.raises(InvalidArgumentError, match="query scales are per 64 rows"):
             hopper.fp8_variant(128, name)
     with pytest.raises(InvalidArgumentError, match="is not of the form"):
@@ -261,6 +261,14 @@ def test_forward_default_follows_head_size_mask_and_length(monkeypatch: pytest.M
         hopper.parse_variant("m64n128s3pp"),
         "given",
     )
+    # Packed sequences run on the 2-D grid: the 2-D defaults, by the longest key length.
+    assert hopper._variant(64, None, False, 1024, packed=True) == (
+        hopper.parse_variant("m64n128s2pp_w3"),
+        "the default at head size 64, full, packed sequences of up to 1024 keys",
+    )
+    assert hopper._variant(64, None, True, 4096, packed=True)[0].name == "m64n128s2pp"
+    assert hopper._variant(64, None, True, 8192, packed=True)[0].name == "m64n128s2pp_w3"
+    assert hopper._variant(128, None, True, 512, packed=True)[0].name == "m64n128s2pp"
     monkeypatch.setenv(hopper.VARIANT_ENV, "m64n128s2np")
     assert hopper._variant(128, None, True, 2048) == (
         hopper.parse_variant("m64n128s2np"),

@@ -216,8 +216,8 @@ def _work(
     ``SCHED``, whose entry is the item): (batch x head) runs in sections of ``section``
     (their keys and values fit in L2 together); within a section the query tiles go
     row-block-major, heads minor, so the CTAs running at once share a few heads' keys.
-    Causal: the last query tiles (the most key blocks) come first, so the short tiles fill
-    the end (longest-first)."""
+    Causal: within a section the last query tiles (the most key blocks) come first, so the
+    short tiles fill its end."""
     num_m = gl.cdiv(seqlen_q, BLOCK_M)
     if PERSISTENT or LPT:
         if PERSISTENT:

@@ -39,7 +39,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from xpuruntime.kernels.attention import gluon_launch
-from xpuruntime.runtime.errors import InvalidArgumentError, UnsupportedOperationError
+from xpuruntime.runtime.errors import (
+    InvalidArgumentError,
+    UnsupportedOperationError,
+    XpuRuntimeError,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -196,17 +200,32 @@ _DEFAULTS: dict[tuple[int, bool], tuple[tuple[int, str], ...]] = {
 }  # fmt: skip
 
 
-def _variant(head_dim: int, given: str | None, causal: bool, seqlen_k: int) -> tuple[Variant, str]:
-    """The variant a call runs before the twins of :func:`forward_plan`, and why."""
+#: Packed sequences run on the 2-D grid (a ``_p`` or ``_l`` variant as its 2-D twin): their
+#: defaults are the 2-D ones measured before the persistent variants.
+_PACKED_DEFAULTS: dict[tuple[int, bool], tuple[tuple[int, str], ...]] = {
+    (64, False): ((_NO_LIMIT, "m64n128s2pp_w3"),),
+    (64, True): ((8192, "m64n128s2pp"), (_NO_LIMIT, "m64n128s2pp_w3")),
+    (128, False): ((_NO_LIMIT, "m64n128s2pp"),),
+    (128, True): ((_NO_LIMIT, "m64n128s2pp"),),
+    (256, False): ((_NO_LIMIT, "m64n64s2pp"),),
+    (256, True): ((_NO_LIMIT, "m64n64s2pp"),),
+}  # fmt: skip
+
+
+def _variant(
+    head_dim: int, given: str | None, causal: bool, seqlen_k: int, packed: bool = False
+) -> tuple[Variant, str]:
+    """The variant a call runs before :func:`hopper_attention_forward_run`'s twins, and why;
+    ``seqlen_k`` is the longest key length of a packed batch."""
     if given:
         return _checked_variant(head_dim, given), "given"
     if os.environ.get(VARIANT_ENV):
         return _checked_variant(head_dim, os.environ[VARIANT_ENV]), f"from {VARIANT_ENV}"
-    name = next(name for below, name in _DEFAULTS[head_dim, causal] if seqlen_k < below)
-    mask = "causal" if causal else "full"
-    return _checked_variant(
-        head_dim, name
-    ), f"the default at head size {head_dim}, {mask}, {seqlen_k} keys"
+    table = _PACKED_DEFAULTS if packed else _DEFAULTS
+    name = next(name for below, name in table[head_dim, causal] if seqlen_k < below)
+    what = f"packed sequences of up to {seqlen_k} keys" if packed else f"{seqlen_k} keys"
+    why = f"the default at head size {head_dim}, {'causal' if causal else 'full'}, {what}"
+    return _checked_variant(head_dim, name), why
 
 
 @functools.cache
@@ -390,9 +409,10 @@ class _Dims:
 def _grid(
     config: Variant, d: _Dims, element_size: int, device_index: int
 ) -> tuple[tuple[int, ...], int]:
-    """The launch grid and the L2 section (batch x heads per section) of the persistent
-    order: a power of two key/value heads whose keys and values fit the section's bytes,
-    times the query heads sharing each."""
+    """The launch grid and the L2 section (batch x heads per section) of the 1-D order of the
+    ``_p`` and ``_l`` variants: a power of two key/value heads whose keys and values fit the
+    section's bytes, times the query heads sharing each. The kernel indexes the work items
+    (and a persistent schedule's entries) in 32 bits."""
     m_tiles = math.ceil(d.seqlen_q / config.block_m)
     if not (config.persistent or config.lpt):
         return (m_tiles, d.batch * d.heads), 1
@@ -400,9 +420,13 @@ def _grid(
     fit = max(1, _L2_SECTION_BYTES // kv_bytes)
     section = min((1 << (fit.bit_length() - 1)) * (d.heads // d.kv_heads), d.batch * d.heads)
     items = m_tiles * d.batch * d.heads
-    if config.lpt:
-        return (items,), section
-    return (min(items, _sm_count(device_index)),), section
+    grid = items if config.lpt else min(items, _sm_count(device_index))
+    if items + grid + 1 >= 2**31:  # a persistent schedule holds grid + 1 bounds, then items
+        raise UnsupportedOperationError(
+            f"hopper attention variant {config.name}: {items} work items do not fit the "
+            "kernel's 32-bit indices; name a variant without _p or _l"
+        )
+    return (grid,), section
 
 
 #: A work item's cost beyond its key blocks, in blocks: its last P·V and output store, and
@@ -417,10 +441,10 @@ def _schedule_entries(
     d: _Dims, block_m: int, block_n: int, causal: bool, grid: int, section: int
 ) -> list[int]:
     """The persistent kernel's ``SCHED`` (``_hopper_kernels._xrt_attn_fwd_hopper``): ``grid +
-    1`` bounds, then each CTA's work items (their indices in the kernel's longest-first
-    order), dealt in that order to the CTA with the fewest key blocks so far (greedy
-    longest-processing-time scheduling, which the hardware does for a non-persistent grid by
-    dispatching CTAs as others finish). With a fixed deal (item ``i`` to CTA ``i % grid``)
+    1`` bounds, then each CTA's work items (their indices in the kernel's 1-D order: L2
+    sections, causal tiles longest first within each), dealt in that order to the CTA with
+    the fewest key blocks so far (greedy list scheduling, as the hardware deals a
+    non-persistent grid's CTAs to SMs as others finish). With a fixed deal (item ``i`` to CTA ``i % grid``)
     causal CTAs differ by up to 30 % in work."""
     num_m = math.ceil(d.seqlen_q / block_m)
     batch_heads = d.batch * d.heads
@@ -458,17 +482,9 @@ def _schedule(
     if built is not None or torch.cuda.is_current_stream_capturing():
         return built
     entries = _schedule_entries(d, config.block_m, config.block_n, causal, grid, section)
-    if entries[-1] >= 2**31 or len(entries) >= 2**31:
-        raise UnsupportedOperationError(
-            f"hopper attention: {len(entries)} persistent schedule entries do not fit the "
-            "kernel's 32-bit indices; name a variant without _p"
-        )
-    sched = torch.tensor(entries, dtype=torch.int32).to(device)
-    # The copy from pageable memory may still be in flight when .to returns: done before
-    # another stream reads it.
-    torch.cuda.current_stream(device).synchronize()
-    _SCHEDULES[key] = sched
-    return sched
+    # A blocking copy: done when .to returns, so any stream may read it. Two threads that
+    # both built it keep the first one stored (a graph another thread captured may hold it).
+    return _SCHEDULES.setdefault(key, torch.tensor(entries, dtype=torch.int32).to(device))
 
 
 @dataclass(frozen=True)
@@ -500,11 +516,14 @@ def _launch(
     """Launch on the current stream. ``q``, ``k``, ``v`` and ``out`` are 4-D (batch, heads,
     seq, head_dim) views, (1, heads, total, head_dim) when ``cu_seqlens`` is given; with
     ``fp8`` the inputs are e4m3 and ``v`` is transposed, (batch, kv_heads, head_dim, seq).
-    ``sched``: the persistent variant's schedule (:func:`_schedule`) for this grid.
+    ``sched``: the persistent variant's schedule (:func:`_schedule`) for this grid, which a
+    persistent ``config`` needs.
     :func:`.gluon_launch.launch` keeps the kernel the JIT compiled for the first call of its
     kind and launches it directly afterwards."""
     from xpuruntime.kernels.attention import _hopper_kernels
 
+    if config.persistent and sched is None:
+        raise XpuRuntimeError(f"hopper attention: {config.name} launched without its schedule")
     grid, section = _grid(config, d, q.element_size(), q.device.index)
     cu_q, cu_k = cu_seqlens if cu_seqlens is not None else (out, out)  # unused when dense
     scales = (fp8.q, fp8.k, fp8.v) if fp8 is not None else (lse, lse, lse)  # unused: 16-bit
@@ -610,11 +629,12 @@ def hopper_attention_forward_run(
     weight 0, so those must hold finite numbers (0 · NaN is NaN), as real tokens do; xrt_flash
     does not read them.
 
-    ``variant`` (default: ``XPURUNTIME_HOPPER_ATTENTION_VARIANT``, else :data:`_DEFAULTS` by
-    head size, mask and key length) picks the tiles and schedule. A persistent or ``_l``
-    variant runs as its 2-D twin on packed batches, and a persistent one as its ``_l`` twin
-    while a CUDA graph is captured before the shape's schedule is built (a call outside the
-    capture builds it); the result says which ran. ``stream`` (a raw ``cudaStream_t``; default: the current
+    ``variant`` (default: ``XPURUNTIME_HOPPER_ATTENTION_VARIANT``, else :data:`_DEFAULTS`, or
+    for packed batches :data:`_PACKED_DEFAULTS`, by head size, mask and key length) picks
+    the tiles and schedule. A persistent or ``_l`` variant runs as its 2-D twin on packed
+    batches, and a persistent one as its ``_l`` twin while a CUDA graph is captured before
+    the shape's schedule is built (a call of that shape outside the capture builds it); the
+    result says which ran. ``stream`` (a raw ``cudaStream_t``; default: the current
     stream) is the stream the work runs on; the current stream is left as it was. ``out``
     (the query's shape, dtype and device) receives the output and is returned; when TMA cannot
     address it (unaligned strides), the kernel writes a temporary that is then copied there.
@@ -643,7 +663,7 @@ def hopper_attention_forward_run(
         return x.transpose(0, 1).unsqueeze(0) if packed else x
 
     scale = 1.0 / math.sqrt(d.head_dim) if scale is None else float(scale)
-    config, why = _variant(d.head_dim, variant, causal, d.seqlen_k)
+    config, why = _variant(d.head_dim, variant, causal, d.seqlen_k, packed)
     if packed and (config.persistent or config.lpt):
         # Packed batches run the variant's 2-D twin: the 1-D work list would give every
         # (sequence, head) as many query tiles as the longest sequence (empty ones skipped in
@@ -690,8 +710,8 @@ def hopper_attention_forward_run(
                 if sched is None:
                     why += (
                         f"; {config.name} runs as its _l twin: a CUDA graph is being captured "
-                        "before this shape's persistent schedule was built (one call outside "
-                        "the capture builds it)"
+                        "before this shape's persistent schedule was built (a call of this "
+                        "shape outside the capture builds it)"
                     )
                     config = replace(config, persistent=False, lpt=True)
             _launch(config, d, q4, k4, v4, view(target), lse, causal, scale, cu_seqlens,
@@ -712,12 +732,13 @@ def fp8_variant(head_dim: int, given: str | None = None) -> Variant:
     head size's first candidate; checked against what the fp8 kernel takes."""
     name = given or os.environ.get(FP8_VARIANT_ENV) or _FP8_VARIANTS[head_dim][0]
     config = parse_variant(name)
-    if config.block_m_wg != FP8_QUERY_BLOCK or config.persistent or config.num_wg != 2:
+    one_d = config.persistent or config.lpt
+    if config.block_m_wg != FP8_QUERY_BLOCK or one_d or config.num_wg != 2:
         raise InvalidArgumentError(
             f"hopper fp8 attention variant {name!r}: the query scales are per "
             f"{FP8_QUERY_BLOCK} rows, so a consumer warpgroup takes {FP8_QUERY_BLOCK} rows "
-            "(m64); the fp8 kernel runs two consumer warpgroups (three spill) and is not "
-            "persistent"
+            "(m64); the fp8 kernel runs two consumer warpgroups (three spill) on the 2-D grid "
+            "(no _p or _l: not measured in fp8)"
         )
     if config.smem_bytes(head_dim, 1) > _SMEM_LIMIT:
         raise InvalidArgumentError(
