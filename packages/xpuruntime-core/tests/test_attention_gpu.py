@@ -369,6 +369,7 @@ def test_persistent_forward_captured_before_its_schedule_runs_its_lpt_twin_and_s
     the capture builds the schedule and runs the persistent variant."""
     from xpuruntime.kernels.attention import hopper
 
+    # A shape no other test runs: schedules are kept per process, and this one must not exist.
     q, k, v = (torch.randn(3, 5, 700, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     # Outside the capture: the op's first call (another shape) and the twin's compile.
     warm = torch.randn(1, 5, 300, 128, device="cuda", dtype=torch.bfloat16)
