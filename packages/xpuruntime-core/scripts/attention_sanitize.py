@@ -95,6 +95,11 @@ def main() -> None:
     parser.add_argument("--variants", default="", help="comma-separated forward variants")
     args = parser.parse_args()
     only = [name for name in args.variants.split(",") if name]
+    from xpuruntime.kernels.attention.hopper import HEAD_DIMS, variant_names
+
+    known = {name for dim in HEAD_DIMS for name in variant_names(dim)}
+    if unknown := [name for name in only if name not in known]:
+        parser.error(f"--variants: {unknown} are not candidates ({sorted(known)})")
     on_hopper = torch.cuda.get_device_capability() == (9, 0)
     for causal in (False, True):
         if not args.hopper_only:
