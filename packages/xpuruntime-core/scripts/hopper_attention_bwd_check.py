@@ -184,11 +184,15 @@ def _cudnn(q: Any, k: Any, v: Any, do: Any, causal: bool, scale: float) -> dict[
     return result
 
 
-def _default_variants(head_dim: int) -> list[str]:
-    """The fused and the deterministic default of the head size."""
+def _default_variants(head_dim: int, causal: bool) -> list[str]:
+    """The default and the deterministic default of the head size and mask."""
     from xpuruntime.kernels.attention import hopper_bwd
 
-    return [hopper_bwd.choose_variant(head_dim, deterministic=d)[0].name for d in (False, True)]
+    names = (
+        hopper_bwd.choose_variant(head_dim, causal=causal, deterministic=d)[0].name
+        for d in (False, True)
+    )
+    return list(dict.fromkeys(names))  # one name when the default is deterministic
 
 
 def run_one(c: Config, variants: list[str], with_triton: bool, rounds: int) -> dict[str, Any]:
@@ -227,7 +231,7 @@ def run_one(c: Config, variants: list[str], with_triton: bool, rounds: int) -> d
         except Exception as error:  # the comparison is optional
             result["failed"]["triton"] = f"{type(error).__name__}: {str(error)[:120]}"
 
-    for name in variants or _default_variants(d):
+    for name in variants or _default_variants(d, causal):
         try:
             dq, dk, dv = hopper_bwd.hopper_attention_backward(
                 do, q, k, v, out, lse, causal=causal, scale=scale, variant=name
@@ -270,14 +274,15 @@ def run_one(c: Config, variants: list[str], with_triton: bool, rounds: int) -> d
     return result
 
 
-def _variants(spec: str, head_dim: int) -> list[str]:
+def _variants(spec: str, head_dim: int, causal: bool) -> list[str]:
     from xpuruntime.kernels.attention import hopper_bwd
 
     if not spec:
         return []
     if spec == "all":  # every fused candidate and the deterministic default
         fused = [n for n in hopper_bwd.variant_names(head_dim) if n.startswith("f")]
-        return fused + _default_variants(head_dim)[1:]
+        deterministic = hopper_bwd.choose_variant(head_dim, causal=causal, deterministic=True)
+        return [*fused, deterministic[0].name]
     return [name for name in spec.split(",") if name]
 
 
@@ -330,7 +335,7 @@ def main() -> int:
 
     if args.one:
         config = json.loads(args.one)
-        variants = _variants(args.variants, config["head_dim"])
+        variants = _variants(args.variants, config["head_dim"], config["causal"])
         result = run_one(config, variants, args.triton, args.rounds)
         print(_RESULT + json.dumps(result), flush=True)
         return 0
@@ -351,7 +356,7 @@ def main() -> int:
         start = time.time()
         if args.in_process:
             try:
-                variants = _variants(args.variants, config["head_dim"])
+                variants = _variants(args.variants, config["head_dim"], config["causal"])
                 results.append(run_one(config, variants, args.triton, args.rounds))
                 _save(args.out, results)  # as it goes: a run cut short keeps what it measured
             except Exception as error:  # one configuration's failure must not end the run

@@ -45,16 +45,19 @@ def compile_one(
 
     regs = {"CONSUMER_REGS": variant.consumer_regs, "PRODUCER_REGS": variant.producer_regs}
     common = {"group": "i32", "qk_scale": "fp32", "scale": "fp32"}
+    # The dK/dV and fused kernels' 1-D order (used with LPT only).
+    order = {"num_key_blocks": "i32", "batch_kv_heads": "i32", "section": "i32"}
+    lpt = "_l" if getattr(variant, "lpt", False) else ""
     if kernel == "dkdv":
         fn = kernels._xrt_attn_bwd_dkdv_hopper
         m = variant.dkdv_block_m
         row = f"tensordesc<fp32[1, {m}],{row_layout}>"
         signature = {"q_desc": desc(m), "k_desc": desc(64), "v_desc": desc(64), "do_desc": desc(m)}
         signature |= {"dk_desc": desc(64), "dv_desc": desc(64), "lse_desc": row, "delta_desc": row}
-        signature |= {"seqlen_q": "i32", "num_kv_heads": "i32", **common}
+        signature |= {"seqlen_q": "i32", "num_kv_heads": "i32", **common, **order}
         constexprs = {"HEAD_DIM": head_dim, "BLOCK_M": m, "NUM_STAGES": variant.dkdv_stages}
-        constexprs |= {"CAUSAL": causal, **regs}
-        tag = f"m{m}s{variant.dkdv_stages}"
+        constexprs |= {"CAUSAL": causal, "LPT": variant.lpt, **regs}
+        tag = f"m{m}s{variant.dkdv_stages}{lpt}"
     elif kernel == "fused":
         fn = kernels._xrt_attn_bwd_fused_hopper
         m = variant.block_m
@@ -64,10 +67,10 @@ def compile_one(
         acc_layout = row_layout.replace("swizzle_byte_width=0", "swizzle_byte_width=128")
         signature |= {"DQ_ACC": "*fp32", "dq_desc": f"tensordesc<fp32[64, 32],{acc_layout}>"}
         signature |= {"seqlen_q": "i32", "seqlen_pad": "i32"}
-        signature |= {"num_kv_heads": "i32", **common}
+        signature |= {"num_kv_heads": "i32", **common, **order}
         constexprs = {"HEAD_DIM": head_dim, "BLOCK_M": m, "NUM_STAGES": variant.stages}
         constexprs |= {"CAUSAL": causal, "SPLIT_COLS": variant.split_cols, **regs}
-        constexprs["DQ_TMA"] = variant.tma_dq
+        constexprs |= {"DQ_TMA": variant.tma_dq, "LPT": variant.lpt}
         tag = variant.name
     elif kernel == "convert":  # the fused path's float32 dQ to dQ
         fn = kernels._xrt_attn_bwd_dq_convert_hopper
@@ -82,9 +85,10 @@ def compile_one(
         signature = {"q_desc": desc(64), "k_desc": desc(n), "v_desc": desc(n), "do_desc": desc(64)}
         signature |= {"dq_desc": desc(64), "LSE2": "*fp32", "DELTA": "*fp32"}
         signature |= {"seqlen_pad": "i32", "seqlen_k": "i32", "num_heads": "i32", **common}
+        signature |= {"batch_heads": "i32", "section": "i32"}
         constexprs = {"HEAD_DIM": head_dim, "BLOCK_N": n, "NUM_STAGES": variant.dq_stages}
-        constexprs |= {"CAUSAL": causal, **regs}
-        tag = f"n{n}s{variant.dq_stages}"
+        constexprs |= {"CAUSAL": causal, "LPT": variant.lpt, **regs}
+        tag = f"n{n}s{variant.dq_stages}{lpt}"
     else:  # prep: delta and lse * log2(e)
         fn = kernels._xrt_attn_bwd_prep_hopper
         signature = {"OUT": f"*{dtype}", "DO": f"*{dtype}", "LSE": "*fp32", "LSE2": "*fp32"}

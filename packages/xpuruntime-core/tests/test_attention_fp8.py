@@ -354,7 +354,9 @@ HOPPER = DEVICE == "cuda" and __import__("torch").cuda.get_device_capability() =
 @pytest.mark.skipif(not HOPPER, reason="the Gluon fp8 kernel runs on sm_90 (H100, H200)")
 @pytest.mark.parametrize("dim", [128])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("variant", ["", "m64n128s2pp", "m64n128s2np_e4"])
+@pytest.mark.parametrize(
+    "variant", ["", "m64n128s2pp", "m64n128s2np_e4", "m64n128s3pp_e4", "m64n128s3pp_le4"]
+)
 def test_hopper_fp8_kernel_matches_its_inputs_reference(
     dim: int, causal: bool, variant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

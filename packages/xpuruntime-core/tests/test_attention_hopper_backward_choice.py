@@ -30,6 +30,8 @@ DETERMINISTIC = (
     "backward: gluon hopper backward (dK/dV + dQ kernels, deterministic: "
     "torch.use_deterministic_algorithms is on)"
 )
+#: What a causal call's detail adds when its default runs the 1-D longest-first grids.
+LONGEST_FIRST = "; causal: longest blocks first on 1-D grids)"
 
 
 @pytest.mark.parametrize(
@@ -45,7 +47,7 @@ def test_plan_says_why_the_triton_backward_runs(
     dtype: torch.dtype, head_dim: int, expected: str
 ) -> None:
     q = torch.zeros(1, 3, 2, head_dim, dtype=dtype)  # bhsd: 2 heads
-    gluon, plan = launch.hopper_backward_plan(q, layout="bhsd")
+    gluon, plan = launch.hopper_backward_plan(q, causal=True, layout="bhsd")
     assert not gluon
     assert plan == f"backward: xrt_flash's Triton kernels (the Hopper backward {expected})"
 
@@ -95,12 +97,15 @@ def deterministic_algorithms() -> Iterator[None]:
 def gluon_backward(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """The device check passed and the Gluon backward replaced by a stand-in that records
     its ``deterministic`` argument (zero gradients); no variant named in the environment;
-    the fused kernel is the default at both head sizes (tests that want the other default
-    set it)."""
+    the fused kernel on 2-D grids is the default at both head sizes and masks, and so is
+    the deterministic one on 2-D grids (tests that want other defaults set them)."""
     monkeypatch.setattr(launch, "_hopper_backward_unsupported", lambda q, layout: "")
     monkeypatch.delenv(hopper_bwd.VARIANT_ENV, raising=False)
     for head_dim in hopper_bwd.HEAD_DIMS:
-        monkeypatch.setitem(hopper_bwd._DEFAULT, head_dim, hopper_bwd._FUSED[head_dim][0])
+        for causal in (False, True):
+            key = (head_dim, causal)
+            monkeypatch.setitem(hopper_bwd._DEFAULT, key, hopper_bwd._FUSED[head_dim][0])
+            monkeypatch.setitem(hopper_bwd._DETERMINISTIC_DEFAULT, key, "m64s2n64s2")
     asked: list[bool] = []
 
     def stand_in(
@@ -124,9 +129,9 @@ def _run(layout: Literal["bshd", "bhsd"] = "bhsd", head_dim: int = 128) -> str:
 def test_a_fused_default_runs_and_says_it_is_nondeterministic(gluon_backward: list[bool]) -> None:
     assert not torch.are_deterministic_algorithms_enabled()
     q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
-    assert launch.hopper_backward_plan(q, layout="bshd") == (True, FUSED)
+    assert launch.hopper_backward_plan(q, causal=False, layout="bshd") == (True, FUSED)
     assert _run() == FUSED
-    variant, origin = hopper_bwd.choose_variant(128, deterministic=False)
+    variant, origin = hopper_bwd.choose_variant(128, causal=True, deterministic=False)
     assert isinstance(variant, hopper_bwd.FusedVariant)
     assert origin == "default"
     assert gluon_backward == [False]
@@ -137,18 +142,18 @@ def test_deterministic_algorithms_take_the_deterministic_backward(
     gluon_backward: list[bool],
 ) -> None:
     q = torch.zeros(1, 2, 8, 128, dtype=torch.bfloat16)
-    assert launch.hopper_backward_plan(q, layout="bhsd") == (True, DETERMINISTIC)
+    assert launch.hopper_backward_plan(q, causal=False, layout="bhsd") == (True, DETERMINISTIC)
     assert _run("bshd") == DETERMINISTIC
     assert _run(head_dim=64) == DETERMINISTIC
     assert gluon_backward == [True, True]
-    variant, _ = hopper_bwd.choose_variant(64, deterministic=True)
+    variant, _ = hopper_bwd.choose_variant(64, causal=False, deterministic=True)
     assert isinstance(variant, hopper_bwd.BwdVariant)
 
 
 def test_a_deterministic_default_says_why(
     gluon_backward: list[bool], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(hopper_bwd._DEFAULT, 128, "m64s2n64s2")
+    monkeypatch.setitem(hopper_bwd._DEFAULT, (128, True), "m64s2n64s2")
     assert _run() == (
         "backward: gluon hopper backward (dK/dV + dQ kernels, deterministic: the default at "
         "this head size, measured faster than the fused kernel)"
@@ -182,10 +187,32 @@ def test_a_named_variant_picks_the_path_and_the_detail_says_so(
     assert gluon_backward == [False, False]
 
 
+def test_the_causal_defaults_run_longest_first_and_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launch, "_hopper_backward_unsupported", lambda q, layout: "")
+    monkeypatch.delenv(hopper_bwd.VARIANT_ENV, raising=False)
+    q = torch.zeros(1, 2, 8, 128, dtype=torch.bfloat16)
+    for causal in (False, True):
+        for deterministic in (False, True):
+            variant, origin = hopper_bwd.choose_variant(
+                128, causal=causal, deterministic=deterministic
+            )
+            assert variant.lpt == causal
+            assert origin == "default"
+        _, plan = launch.hopper_backward_plan(q, causal=causal, layout="bhsd")
+        assert plan.endswith(LONGEST_FIRST) == causal
+    # A named variant without _l runs 2-D grids, causal or not, and the detail names it.
+    monkeypatch.setenv(hopper_bwd.VARIANT_ENV, "m64s2n64s2")
+    assert not hopper_bwd.choose_variant(128, causal=True, deterministic=False)[0].lpt
+    _, plan = launch.hopper_backward_plan(q, causal=True, layout="bhsd")
+    assert plan.endswith(f"variant m64s2n64s2 from {hopper_bwd.VARIANT_ENV})")
+
+
 def test_variant_names_round_trip() -> None:
     for head_dim in hopper_bwd.HEAD_DIMS:
         names = hopper_bwd.variant_names(head_dim)
-        assert hopper_bwd._DEFAULT[head_dim] in names
+        for causal in (False, True):
+            assert hopper_bwd._DEFAULT[head_dim, causal] in names
+            assert hopper_bwd._DETERMINISTIC_DEFAULT[head_dim, causal] in names
         assert isinstance(hopper_bwd.parse_variant(names[0]), hopper_bwd.FusedVariant)
         for name in names:
             assert hopper_bwd.parse_variant(name).name == name

@@ -226,10 +226,13 @@ def test_forward_variant_names_round_trip_and_fp8_takes_its_own() -> None:
             assert hopper.fp8_variant(head_dim, name).name == name
     assert hopper.parse_variant("m64n128s3pp_e4").exp_emu
     assert not hopper.parse_variant("m64n128s3pp").exp_emu
-    # fp8 needs 64 query rows a warpgroup (its query scales), two warpgroups, the 2-D grid.
-    for name in ("m128n64s2pp", "m64n128s2pp_w3", "m64n128s2pp_p", "m64n128s2pp_l"):
+    # fp8 needs 64 query rows a warpgroup (its query scales) and two warpgroups; it takes
+    # the 1-D orders.
+    for name in ("m128n64s2pp", "m64n128s2pp_w3"):
         with pytest.raises(InvalidArgumentError, match="query scales are per 64 rows"):
             hopper.fp8_variant(128, name)
+    assert hopper.fp8_variant(128, "m64n128s2pp_p").persistent
+    assert hopper.fp8_variant(128, "m64n128s2pp_l").lpt
     with pytest.raises(InvalidArgumentError, match="is not of the form"):
         hopper.parse_variant("m64n128s2pp_e8")
 

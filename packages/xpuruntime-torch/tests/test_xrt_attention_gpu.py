@@ -126,7 +126,7 @@ def test_hopper_forward_and_backward_match_sdpa(
     # fused or the deterministic Gluon path, as the core's plan says for this head size.
     from xpuruntime.kernels.attention.launch import hopper_backward_plan
 
-    gluon, plan = hopper_backward_plan(q, layout="bhsd")
+    gluon, plan = hopper_backward_plan(q, causal=causal, layout="bhsd")
     assert gluon
     assert plan.startswith("backward: gluon hopper backward (")
     assert plan in decision.reason

@@ -324,7 +324,7 @@ def attention_backward(
             d_out, query, key, value, output, log_sum_exp, causal=causal, scale=scale,
             layout=kind, varlen=varlen, stream=handle,
         )  # fmt: skip
-        if not launch.hopper_backward_plan(query, layout=kind)[0]:
+        if not launch.hopper_backward_plan(query, causal=causal, layout=kind)[0]:
             # The decision names the kernel the policy chose; what ran is xrt_flash's backward.
             decision = (decision[0], decision[1], LIBRARY, *decision[3:])
     else:

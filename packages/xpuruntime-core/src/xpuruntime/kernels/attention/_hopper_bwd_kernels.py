@@ -61,7 +61,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from xpuruntime.kernels.attention._hopper_kernels import _box
+from xpuruntime.kernels.attention._hopper_kernels import _box, _section_order
 
 LOG2E: gl.constexpr = gl.constexpr(1.4426950408889634)
 #: Rows of a tile that one consumer warpgroup owns (the wgmma M of four warps).
@@ -75,6 +75,19 @@ def _release(bar):
     helper of the same job is being reworked; this one stays the plain, safe form.)"""
     gl.thread_barrier()
     mbarrier.arrive(bar, count=1)
+
+
+@gluon.jit
+def _block_and_head(num_blocks, batch_heads, section, LPT: gl.constexpr):
+    """(block index, batch x head) of this CTA: its program ids on a 2-D grid, or with
+    ``LPT`` its item of the 1-D order (:func:`._hopper_kernels._section_order`: block index
+    0 of every head of an L2 section first; the kernels make index 0 their longest block)."""
+    if LPT:
+        block, bh = _section_order(gl.program_id(0), num_blocks, batch_heads, section)
+    else:
+        block = gl.program_id(0)
+        bh = gl.program_id(1)
+    return block, bh
 
 
 # ---------------------------------------------------------------------------------------
@@ -175,7 +188,7 @@ def _dkdv_step(
 @gluon.jit
 def _dkdv_consumer(
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bars, q_ready, do_ready, empty,
-    dk_desc, dv_desc, num_kv_heads, start_n, group, m_lo, n_m, qk_scale, scale,
+    dk_desc, dv_desc, num_kv_heads, bh, start_n, group, m_lo, n_m, qk_scale, scale,
     WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
 ):  # fmt: skip
@@ -205,8 +218,7 @@ def _dkdv_consumer(
         )  # fmt: skip
     # This warpgroup's K and V rows are free now (its last wgmma completed): stage the
     # gradients there. Rows past seqlen_k are clipped by the store. The coordinates are
-    # recomputed here rather than kept live through the loop (registers are that tight).
-    bh = gl.program_id(1)
+    # computed here rather than kept live through the loop (registers are that tight).
     b = bh // num_kv_heads
     kv_h = bh % num_kv_heads
     v.store(dv.to(dtype))
@@ -264,19 +276,22 @@ def _dkdv_producer(
 @gluon.jit
 def _xrt_attn_bwd_dkdv_hopper(
     q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc,
-    seqlen_q, num_kv_heads, group, qk_scale, scale,
+    seqlen_q, num_kv_heads, group, qk_scale, scale, num_key_blocks, batch_kv_heads, section,
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
-    CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    CAUSAL: gl.constexpr, LPT: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr,
 ):  # fmt: skip
     """One CTA per (128 keys, batch x key/value head); launch with num_warps=4 (consumer 0;
     consumer 1 and the producer warp are worker partitions). Boxes: Q and dO BLOCK_M rows,
     K, V, dK and dV 64 rows, lse₂ and delta ``[1, BLOCK_M]`` of the prep kernel's padded
-    (batch x heads, seqlen_pad) buffers."""
+    (batch x heads, seqlen_pad) buffers. A 2-D grid (key blocks, batch x key/value heads),
+    or with ``LPT`` a 1-D one of ``num_key_blocks * batch_kv_heads`` CTAs in L2 sections of
+    ``section`` heads, key block 0 (causal: the most query blocks) first
+    (:func:`_block_and_head`)."""
     BLOCK_N: gl.constexpr = 2 * WG_ROWS
     gl.static_assert(BLOCK_N % BLOCK_M == 0)  # the diagonal's query blocks tile the key block
     dtype: gl.constexpr = q_desc.dtype
-    pid_n = gl.program_id(0)
-    bh = gl.program_id(1)
+    pid_n, bh = _block_and_head(num_key_blocks, batch_kv_heads, section, LPT)
     b = bh // num_kv_heads
     kv_h = bh % num_kv_heads
     start_n = pid_n * BLOCK_N
@@ -311,13 +326,13 @@ def _xrt_attn_bwd_dkdv_hopper(
         [
             (_dkdv_consumer, (
                 k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bars, q_ready,
-                do_ready, empty, dk_desc, dv_desc, num_kv_heads, start_n, group, m_lo, n_m,
-                qk_scale, scale, 0, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL,
+                do_ready, empty, dk_desc, dv_desc, num_kv_heads, bh, start_n, group, m_lo,
+                n_m, qk_scale, scale, 0, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL,
             )),
             (_dkdv_consumer, (
                 k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bars, q_ready,
-                do_ready, empty, dk_desc, dv_desc, num_kv_heads, start_n, group, m_lo, n_m,
-                qk_scale, scale, 1, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL,
+                do_ready, empty, dk_desc, dv_desc, num_kv_heads, bh, start_n, group, m_lo,
+                n_m, qk_scale, scale, 1, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL,
             )),
             (_dkdv_producer, (
                 q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc,
@@ -447,20 +462,23 @@ def _dq_producer(
 @gluon.jit
 def _xrt_attn_bwd_dq_hopper(
     q_desc, k_desc, v_desc, do_desc, dq_desc, LSE2, DELTA,
-    seqlen_pad, seqlen_k, num_heads, group, qk_scale, scale,
+    seqlen_pad, seqlen_k, num_heads, group, qk_scale, scale, batch_heads, section,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-    CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    CAUSAL: gl.constexpr, LPT: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr,
 ):  # fmt: skip
     """One CTA per (128 query rows, batch x query head); launch with num_warps=4.
     ``seqlen_k`` must be positive. The query/output-gradient/dQ boxes are 64 rows, the
     key/value boxes BLOCK_N; ``LSE2`` and ``DELTA`` are the prep kernel's padded
-    (batch x heads, seqlen_pad) buffers (query rows past seqlen_q: lse₂ = +inf, so P = 0)."""
+    (batch x heads, seqlen_pad) buffers (query rows past seqlen_q: lse₂ = +inf, so P = 0).
+    A 2-D grid (query blocks, batch x heads), or with ``LPT`` a 1-D one of the same CTAs in
+    L2 sections of ``section`` heads (:func:`_block_and_head`)."""
     BLOCK_M: gl.constexpr = 2 * WG_ROWS
     dtype: gl.constexpr = q_desc.dtype
-    pid_m = gl.program_id(0)
+    num_m = seqlen_pad // BLOCK_M
+    pid_m, bh = _block_and_head(num_m, batch_heads, section, LPT)
     if CAUSAL:
-        pid_m = gl.num_programs(0) - 1 - pid_m  # the longest rows start first
-    bh = gl.program_id(1)
+        pid_m = num_m - 1 - pid_m  # the longest rows start first
     b = bh // num_heads
     h = bh % num_heads
     kv_h = h // group
@@ -673,7 +691,7 @@ def _fused_step(
 def _fused_consumer(
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, kv_bars, q_ready,
     do_ready, empty, ds_ready, ds_free, dk_desc, dv_desc, DQ_ACC, dq_desc, dq_smem,
-    seqlen_pad, num_kv_heads, start_n, group, m_lo, n_m, qk_scale, scale,
+    seqlen_pad, num_kv_heads, bh, start_n, group, m_lo, n_m, qk_scale, scale,
     WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, SPLIT_COLS: gl.constexpr,
     DQ_TMA: gl.constexpr,
@@ -698,8 +716,8 @@ def _fused_consumer(
     dq_init = gl.zeros([BLOCK_M, DQ_N], gl.float32, layout=mma_dq)
     # The accumulator's rows of this key/value head's first query head (batch x heads
     # rows are in order: the group's query heads follow one another).
-    dq_head = DQ_ACC + gl.program_id(1).to(gl.int64) * group * seqlen_pad * HEAD_DIM
-    head_row = gl.program_id(1) * group * seqlen_pad  # the same, as a row of dq_desc
+    dq_head = DQ_ACC + bh.to(gl.int64) * group * seqlen_pad * HEAD_DIM
+    head_row = bh * group * seqlen_pad  # the same, as a row of dq_desc
     k = k_smem.index(WG)
     v = v_smem.index(WG)
     mbarrier.wait(kv_bars.index(WG), 0)
@@ -713,7 +731,6 @@ def _fused_consumer(
             empty, ds_ready, ds_free, dk, dv, s_init, dq_init, row0, qk_scale,
             WG, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, DQ_TMA,
         )  # fmt: skip
-    bh = gl.program_id(1)
     b = bh // num_kv_heads
     kv_h = bh % num_kv_heads
     v.store(dv.to(dtype))
@@ -728,9 +745,10 @@ def _fused_consumer(
 @gluon.jit
 def _xrt_attn_bwd_fused_hopper(
     q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc, DQ_ACC, dq_desc,
-    seqlen_q, seqlen_pad, num_kv_heads, group, qk_scale, scale,
+    seqlen_q, seqlen_pad, num_kv_heads, group, qk_scale, scale, num_key_blocks,
+    batch_kv_heads, section,
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
-    CAUSAL: gl.constexpr, SPLIT_COLS: gl.constexpr, DQ_TMA: gl.constexpr,
+    CAUSAL: gl.constexpr, SPLIT_COLS: gl.constexpr, DQ_TMA: gl.constexpr, LPT: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):  # fmt: skip
     """:func:`_xrt_attn_bwd_dkdv_hopper` (same grid, boxes and producer) that also adds each
@@ -741,13 +759,12 @@ def _xrt_attn_bwd_fused_hopper(
     ``DQ_TMA`` (with ``SPLIT_COLS``): the products go through shared memory
     and the copy engine's reduce-add (``dq_desc``: the accumulator as a 2-D float32
     (batch x heads x seqlen_pad, HEAD_DIM) tensor in [64, 32] boxes) instead of the
-    consumers' own vector reductions."""
+    consumers' own vector reductions. ``LPT``: the dK/dV kernel's 1-D grid."""
     gl.static_assert(SPLIT_COLS or not DQ_TMA)
     BLOCK_N: gl.constexpr = 2 * WG_ROWS
     gl.static_assert(BLOCK_N % BLOCK_M == 0)
     dtype: gl.constexpr = q_desc.dtype
-    pid_n = gl.program_id(0)
-    bh = gl.program_id(1)
+    pid_n, bh = _block_and_head(num_key_blocks, batch_kv_heads, section, LPT)
     b = bh // num_kv_heads
     kv_h = bh % num_kv_heads
     start_n = pid_n * BLOCK_N
@@ -795,14 +812,14 @@ def _xrt_attn_bwd_fused_hopper(
             (_fused_consumer, (
                 k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, kv_bars,
                 q_ready, do_ready, empty, ds_ready, ds_free, dk_desc, dv_desc, DQ_ACC, dq_desc,
-                dq_smem, seqlen_pad, num_kv_heads, start_n, group, m_lo, n_m, qk_scale, scale,
-                0, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, DQ_TMA,
+                dq_smem, seqlen_pad, num_kv_heads, bh, start_n, group, m_lo, n_m, qk_scale,
+                scale, 0, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, DQ_TMA,
             )),
             (_fused_consumer, (
                 k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, kv_bars,
                 q_ready, do_ready, empty, ds_ready, ds_free, dk_desc, dv_desc, DQ_ACC, dq_desc,
-                dq_smem, seqlen_pad, num_kv_heads, start_n, group, m_lo, n_m, qk_scale, scale,
-                1, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, DQ_TMA,
+                dq_smem, seqlen_pad, num_kv_heads, bh, start_n, group, m_lo, n_m, qk_scale,
+                scale, 1, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, DQ_TMA,
             )),
             (_dkdv_producer, (
                 q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc,

@@ -203,6 +203,20 @@ def _p_operand(p, dtype: gl.constexpr, layout: gl.constexpr):
 
 
 @gluon.jit
+def _section_order(item, num_blocks, batch_heads, section):
+    """(block index, batch x head) of ``item`` in the 1-D order of ``batch_heads`` heads of
+    ``num_blocks`` blocks each: heads in sections of ``section`` (what the CTAs of one
+    section stream fits in L2 together), within a section block-index-major, heads minor, so
+    the CTAs running at once share a few heads' data. The forward's and the backward's 1-D
+    grids and schedules use it; callers map block index 0 to their longest blocks."""
+    per_section = section * num_blocks
+    first_bh = (item // per_section) * section
+    size = gl.minimum(section, batch_heads - first_bh)  # the last section may be short
+    r = item % per_section
+    return r // size, first_bh + r % size
+
+
+@gluon.jit
 def _work(
     SCHED, tile, seqlen_q, num_heads, batch_heads, section,
     BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr, LPT: gl.constexpr,
@@ -222,12 +236,7 @@ def _work(
     if PERSISTENT or LPT:
         if PERSISTENT:
             tile = gl.load(SCHED + tile)
-        per_section = section * num_m
-        first_bh = (tile // per_section) * section
-        size = gl.minimum(section, batch_heads - first_bh)  # the last section may be short
-        r = tile % per_section
-        m_idx = r // size
-        bh = first_bh + r % size
+        m_idx, bh = _section_order(tile, num_m, batch_heads, section)
     else:
         m_idx = gl.program_id(0)
         bh = gl.program_id(1)

@@ -139,13 +139,18 @@ HEAD_DIMS = tuple(_VARIANTS)
 
 #: fp8 (e4m3) candidates, default first: the same kernel with e4m3 tiles (P carried in
 #: float32). Its GEMMs take half the tensor-core time of 16-bit ones, so the softmax's
-#: exponentials bound a block (hence ``e4``, 1-4 % faster on an H200), and three ring stages
-#: keep the copy engine ahead (the fastest at 8192 keys and more, full and causal). Two
-#: consumer warpgroups of 64 rows (the query scales are per 64 rows), not persistent. Head
-#: size 128 only: at 64 the Triton fp8 kernel was as fast or faster at every length timed
-#: on an H200 (docs/attention.md).
+#: exponentials bound a block (hence ``e4``, 1-4 % faster on an H200), three ring stages
+#: keep the copy engine ahead, and the persistent schedule (``p``) was the fastest or tied
+#: on an H200 at 4096 and 16384 keys, full and causal (causal 4096: 593 TFLOP/s against 551
+#: for ``_l`` and 502-547 for the 2-D grids; ``benchmarks/attention_fp8_bench.py --sweep``).
+#: Two consumer warpgroups of 64 rows (the query scales are per 64 rows). Head size 128
+#: only: at 64 the Triton fp8 kernel was as fast or faster at every length timed on an H200
+#: (docs/attention.md).
 _FP8_VARIANTS: dict[int, tuple[str, ...]] = {
-    128: ("m64n128s3pp_e4", "m64n128s2pp_e4", "m64n128s2np_e4", "m64n128s2pp", "m64n128s2np"),
+    128: (
+        "m64n128s3pp_pe4", "m64n128s3pp_le4", "m64n128s3pp_e4", "m64n128s2pp_e4",
+        "m64n128s2np_e4", "m64n128s2pp", "m64n128s2np",
+    ),
 }  # fmt: skip
 FP8_HEAD_DIMS = tuple(_FP8_VARIANTS)
 
@@ -406,6 +411,15 @@ class _Dims:
     head_dim: int
 
 
+def l2_section(unit_bytes: int, heads_per_unit: int, batch_heads: int) -> int:
+    """Batch x heads per L2 section of a 1-D work order (``_hopper_kernels._section_order``):
+    a power of two units whose streamed data (``unit_bytes`` each: the keys and values of a
+    key/value head for the forward) fit :data:`_L2_SECTION_BYTES` together, times the
+    ``heads_per_unit`` heads of the grid that share each unit; at most ``batch_heads``."""
+    fit = max(1, _L2_SECTION_BYTES // unit_bytes)
+    return min((1 << (fit.bit_length() - 1)) * heads_per_unit, batch_heads)
+
+
 def _grid(
     config: Variant, d: _Dims, element_size: int, device_index: int
 ) -> tuple[tuple[int, ...], int]:
@@ -417,8 +431,7 @@ def _grid(
     if not (config.persistent or config.lpt):
         return (m_tiles, d.batch * d.heads), 1
     kv_bytes = 2 * d.seqlen_k * d.head_dim * element_size
-    fit = max(1, _L2_SECTION_BYTES // kv_bytes)
-    section = min((1 << (fit.bit_length() - 1)) * (d.heads // d.kv_heads), d.batch * d.heads)
+    section = l2_section(kv_bytes, d.heads // d.kv_heads, d.batch * d.heads)
     items = m_tiles * d.batch * d.heads
     grid = items if config.lpt else min(items, _sm_count(device_index))
     if items + grid + 1 >= 2**31:  # a persistent schedule holds grid + 1 bounds, then items
@@ -485,6 +498,26 @@ def _schedule(
     # A blocking copy: done when .to returns, so any stream may read it. Two threads that
     # both built it keep the first one stored (a graph another thread captured may hold it).
     return _SCHEDULES.setdefault(key, torch.tensor(entries, dtype=torch.int32).to(device))
+
+
+def _scheduled(
+    config: Variant, d: _Dims, causal: bool, q: torch.Tensor
+) -> tuple[Variant, torch.Tensor | None, str]:
+    """(the variant that runs, its persistent schedule or None, what the detail adds): a
+    persistent variant with its schedule, or, while a CUDA graph is being captured before
+    that schedule was built, its ``_l`` twin and why."""
+    if not config.persistent:
+        return config, None, ""
+    (grid,), section = _grid(config, d, q.element_size(), q.device.index)
+    sched = _schedule(config, d, causal, grid, section, q.device)
+    if sched is not None:
+        return config, sched, ""
+    why = (
+        f"; {config.name} runs as its _l twin: a CUDA graph is being captured before this "
+        "shape's persistent schedule was built (a call of this shape outside the capture "
+        "builds it)"
+    )
+    return replace(config, persistent=False, lpt=True), None, why
 
 
 @dataclass(frozen=True)
@@ -703,17 +736,8 @@ def hopper_attention_forward_run(
             lse.fill_(float("-inf"))
             why = "no kernel: no key"
         else:
-            sched = None
-            if config.persistent:
-                (grid,), section = _grid(config, d, q.element_size(), q.device.index)
-                sched = _schedule(config, d, causal, grid, section, q.device)
-                if sched is None:
-                    why += (
-                        f"; {config.name} runs as its _l twin: a CUDA graph is being captured "
-                        "before this shape's persistent schedule was built (a call of this "
-                        "shape outside the capture builds it)"
-                    )
-                    config = replace(config, persistent=False, lpt=True)
+            config, sched, twin = _scheduled(config, d, causal, q4)
+            why += twin
             _launch(config, d, q4, k4, v4, view(target), lse, causal, scale, cu_seqlens,
                     sched=sched)  # fmt: skip
             ran = config
@@ -732,13 +756,11 @@ def fp8_variant(head_dim: int, given: str | None = None) -> Variant:
     head size's first candidate; checked against what the fp8 kernel takes."""
     name = given or os.environ.get(FP8_VARIANT_ENV) or _FP8_VARIANTS[head_dim][0]
     config = parse_variant(name)
-    one_d = config.persistent or config.lpt
-    if config.block_m_wg != FP8_QUERY_BLOCK or one_d or config.num_wg != 2:
+    if config.block_m_wg != FP8_QUERY_BLOCK or config.num_wg != 2:
         raise InvalidArgumentError(
             f"hopper fp8 attention variant {name!r}: the query scales are per "
             f"{FP8_QUERY_BLOCK} rows, so a consumer warpgroup takes {FP8_QUERY_BLOCK} rows "
-            "(m64); the fp8 kernel runs two consumer warpgroups (three spill) on the 2-D grid "
-            "(no _p or _l: not measured in fp8)"
+            "(m64); the fp8 kernel runs two consumer warpgroups (three spill)"
         )
     if config.smem_bytes(head_dim, 1) > _SMEM_LIMIT:
         raise InvalidArgumentError(
@@ -785,5 +807,8 @@ def hopper_fp8_forward(
             f"hopper fp8 attention: key scales per {scales.k_block} rows do not cover whole "
             f"key blocks of {config.block_n} (variant {config.name})"
         )
-    _launch(config, d, q8, k8, vt8, out, lse, causal, scale, None, scales)
+    # A persistent variant captured into a CUDA graph before its schedule exists runs its
+    # _l twin, whose name the caller's detail gives.
+    config, sched, _ = _scheduled(config, d, causal, q8)
+    _launch(config, d, q8, k8, vt8, out, lse, causal, scale, None, scales, sched)
     return config

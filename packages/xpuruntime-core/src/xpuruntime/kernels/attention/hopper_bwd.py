@@ -26,7 +26,11 @@ columns over all 128 keys (one atomic per element and key block), ``k`` when eac
 columns over its own 64 keys (two, but no cross-warpgroup barrier); ``t`` (with ``c``) stages
 dQ in shared memory for the copy engine's reduce-add (TMA) instead of the consumers' own
 vector reductions. Deterministic: ``m{query rows per dK/dV step}s{its ring stages}n{key rows
-per dQ step}s{its ring stages}``.
+per dQ step}s{its ring stages}``. A trailing ``_l`` launches the kernels on 1-D grids in L2
+sections, each section's heads interleaved block by block with the longest blocks first (the
+first key blocks, the last query blocks when causal), so the hardware deals the causal
+triangle's long CTAs before its short ones across heads, not head by head (whose sawtooth
+leaves SMs idle at the end); without it, 2-D grids (blocks, batch x heads).
 """
 
 from __future__ import annotations
@@ -40,7 +44,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xpuruntime.kernels.attention import gluon_launch
-from xpuruntime.kernels.attention.hopper import _check, _descriptor, _tma_ready, tma_addressable
+from xpuruntime.kernels.attention.hopper import (
+    _check,
+    _descriptor,
+    _tma_ready,
+    l2_section,
+    tma_addressable,
+)
 from xpuruntime.runtime.errors import InvalidArgumentError, UnsupportedOperationError
 
 if TYPE_CHECKING:
@@ -72,13 +82,16 @@ class FusedVariant:
     stages: int
     split_cols: bool
     tma_dq: bool = False
+    #: One CTA per key block on a 1-D grid, longest first (``_l``).
+    lpt: bool = False
     consumer_regs: int = 240
     producer_regs: int = 24
 
     @property
     def name(self) -> str:
         split = "c" if self.split_cols else "k"
-        return f"fm{self.block_m}s{self.stages}{split}{'t' if self.tma_dq else ''}"
+        order = "_l" if self.lpt else ""
+        return f"fm{self.block_m}s{self.stages}{split}{'t' if self.tma_dq else ''}{order}"
 
 
 @dataclass(frozen=True)
@@ -90,12 +103,15 @@ class BwdVariant:
     dkdv_stages: int
     dq_block_n: int
     dq_stages: int
+    #: Both kernels on 1-D grids, longest blocks first (``_l``).
+    lpt: bool = False
     consumer_regs: int = 240
     producer_regs: int = 24
 
     @property
     def name(self) -> str:
-        return f"m{self.dkdv_block_m}s{self.dkdv_stages}n{self.dq_block_n}s{self.dq_stages}"
+        tiles = f"m{self.dkdv_block_m}s{self.dkdv_stages}n{self.dq_block_n}s{self.dq_stages}"
+        return tiles + ("_l" if self.lpt else "")
 
 
 #: Candidates per head size, each kind's default first (``scripts/hopper_attention_bwd_compile.py``
@@ -103,19 +119,36 @@ class BwdVariant:
 #: ``k`` steps at head size 128; the fused ``t`` steps at head size 128 spill a few scalars
 #: in the second consumer's loop).
 _FUSED: dict[int, tuple[str, ...]] = {
-    64: ("fm64s2ct", "fm64s2c"),
+    64: ("fm64s2ct", "fm64s2c", "fm64s2ct_l"),
     128: ("fm64s3ct", "fm64s3c"),
 }
 _DETERMINISTIC: dict[int, tuple[str, ...]] = {
-    64: ("m64s2n64s2", "m64s2n128s2", "m64s3n64s3"),
-    128: ("m64s2n64s2", "m64s2n128s2", "m64s3n64s3"),
+    64: ("m64s2n64s2", "m64s2n128s2", "m64s3n64s3", "m64s2n64s2_l"),
+    128: ("m64s2n64s2", "m64s2n128s2", "m64s3n64s3", "m64s2n64s2_l"),
 }
-#: What runs when neither a variant is named nor determinism asked for: the faster of the
-#: two kinds on an H200 (``scripts/hopper_attention_bwd_check.py --set grid``, S 2048-16384,
-#: causal and full, bfloat16). Head size 64: the fused kernel with dQ by the copy engine,
-#: 1.04-1.18x the deterministic path's speed in every cell; head size 128: the deterministic
-#: path, 1.04-1.10x the fused kernel's in every cell but S 16384 full (a tie).
-_DEFAULT: dict[int, str] = {64: "fm64s2ct", 128: "m64s2n64s2"}
+#: What runs when neither a variant is named nor determinism asked for, by (head size,
+#: causal): the faster of the two kinds on an H200 (``scripts/hopper_attention_bwd_check.py
+#: --set grid``, S 2048-16384, bfloat16). Head size 64: the fused kernel with dQ by the copy
+#: engine, 1.04-1.18x the deterministic path's speed in every cell; head size 128: the
+#: deterministic path, 1.04-1.10x the fused kernel's in every cell but S 16384 full (a tie).
+#: The 1-D longest-first grids (``_l``) won at head size 128 causal only: 1.01-1.06x the 2-D
+#: grids' speed at S 2048-16384 (0.97/0.94/0.94/0.89x cuDNN against 0.91/0.91/0.91/0.88x),
+#: where full attention lost 0-3 % (its CTAs have equal work, and the 2-D order keeps a
+#: head's CTAs together in L2); at head size 64 causal they tied within 2 %, fused or not.
+_DEFAULT: dict[tuple[int, bool], str] = {
+    (64, False): "fm64s2ct",
+    (64, True): "fm64s2ct",
+    (128, False): "m64s2n64s2",
+    (128, True): "m64s2n64s2_l",
+}
+#: The deterministic path's default, by (head size, causal): what runs in a fused default's
+#: place under ``deterministic``.
+_DETERMINISTIC_DEFAULT: dict[tuple[int, bool], str] = {
+    (64, False): "m64s2n64s2",
+    (64, True): "m64s2n64s2",
+    (128, False): "m64s2n64s2",
+    (128, True): "m64s2n64s2_l",
+}
 HEAD_DIMS = tuple(_FUSED)
 
 
@@ -127,7 +160,7 @@ def variant_names(head_dim: int) -> tuple[str, ...]:
 
 def parse_variant(name: str) -> FusedVariant | BwdVariant:
     """``fm64s2ct`` -> FusedVariant(64, 2, True, True); ``m64s2n64s2`` -> BwdVariant(64, 2, 64, 2)."""
-    fused = re.fullmatch(r"fm(\d+)s(\d+)([ck])(t?)", name.strip())
+    fused = re.fullmatch(r"fm(\d+)s(\d+)([ck])(t?)(_l)?", name.strip())
     if fused is not None:
         rows, stages = int(fused.group(1)), int(fused.group(2))
         split, tma_dq = fused.group(3) == "c", fused.group(4) == "t"
@@ -136,38 +169,38 @@ def parse_variant(name: str) -> FusedVariant | BwdVariant:
                 f"hopper attention backward variant {name!r}: fused steps of 64 rows, stages "
                 "2-4, t (dQ by the copy engine) only with c"
             )
-        return FusedVariant(rows, stages, split, tma_dq)
-    match = re.fullmatch(r"m(\d+)s(\d+)n(\d+)s(\d+)", name.strip())
+        return FusedVariant(rows, stages, split, tma_dq, lpt=fused.group(5) is not None)
+    match = re.fullmatch(r"m(\d+)s(\d+)n(\d+)s(\d+)(_l)?", name.strip())
     if match is None:
         raise InvalidArgumentError(
             f"hopper attention backward variant {name!r} is neither fused "
-            "(fm<query rows>s<stages><c|k>[t]) nor deterministic "
-            "(m<query rows>s<stages>n<key rows>s<stages>)"
+            "(fm<query rows>s<stages><c|k>[t][_l]) nor deterministic "
+            "(m<query rows>s<stages>n<key rows>s<stages>[_l])"
         )
     rows, row_stages, keys, key_stages = (int(match.group(i)) for i in (1, 2, 3, 4))
     if rows not in (64, 128) or keys not in (64, 128) or not {row_stages, key_stages} <= {2, 3, 4}:
         raise InvalidArgumentError(
             f"hopper attention backward variant {name!r}: rows 64/128, stages 2-4"
         )
-    return BwdVariant(rows, row_stages, keys, key_stages)
+    return BwdVariant(rows, row_stages, keys, key_stages, lpt=match.group(5) is not None)
 
 
 def choose_variant(
-    head_dim: int, *, deterministic: bool, given: str | None = None
+    head_dim: int, *, causal: bool, deterministic: bool, given: str | None = None
 ) -> tuple[FusedVariant | BwdVariant, str]:
     """(the variant that runs, where it comes from): ``given``, else
-    ``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT``, else the head size's default (``"default"``).
-    Under ``deterministic`` a fused variant, named or default, gives way to the deterministic
-    default, and the second value says so when it was named."""
+    ``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT``, else the default of the head size and mask
+    (``"default"``). Under ``deterministic`` a fused variant, named or default, gives way to
+    the deterministic default, and the second value says so when it was named."""
     name, origin = given, "given"
     if not name and os.environ.get(VARIANT_ENV):
         name, origin = os.environ[VARIANT_ENV], f"from {VARIANT_ENV}"
     if not name:
-        name, origin = _DEFAULT[head_dim], "default"
+        name, origin = _DEFAULT[head_dim, causal], "default"
     chosen = parse_variant(name)
     if deterministic and isinstance(chosen, FusedVariant):
         passed = "" if origin == "default" else f"; {name} {origin} is fused, not deterministic"
-        return parse_variant(_DETERMINISTIC[head_dim][0]), f"default{passed}"
+        return parse_variant(_DETERMINISTIC_DEFAULT[head_dim, causal]), f"default{passed}"
     return chosen, origin
 
 
@@ -244,7 +277,7 @@ def hopper_attention_backward(
             "is past CUDA's 65535 limit on a grid's y dimension"
         )
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
-    config, _ = choose_variant(head_dim, deterministic=deterministic, given=variant)
+    config, _ = choose_variant(head_dim, causal=causal, deterministic=deterministic, given=variant)
     from xpuruntime.kernels.attention.streams import on_device
 
     with on_device(q.device, stream):
@@ -309,6 +342,32 @@ def _row_descriptor(x: torch.Tensor, rows: int) -> gluon_launch.Tma:
     return gluon_launch.Tma(x, (1, rows), _float32_layout(0))
 
 
+def _one_dimension(ctas: int, config: FusedVariant | BwdVariant) -> int:
+    """``ctas`` as a 1-D grid's size: CUDA's x dimension takes up to 2³¹ - 1."""
+    if ctas >= 2**31:
+        raise UnsupportedOperationError(
+            f"hopper attention backward variant {config.name}: {ctas} CTAs do not fit a 1-D "
+            "grid; name a variant without _l"
+        )
+    return ctas
+
+
+def _key_block_grid(
+    config: FusedVariant | BwdVariant, q: torch.Tensor, k: torch.Tensor
+) -> tuple[tuple[int, ...], int]:
+    """(grid, L2 section) of the dK/dV and fused kernels: one CTA per 128 keys of each
+    (batch, key/value head), on a 2-D grid or (``_l``) a 1-D one in L2 sections of the heads
+    whose queries and output gradients (which each of their CTAs streams) fit in L2 together."""
+    batch, heads, seqlen_q, head_dim = q.shape
+    kv_heads, seqlen_k = k.shape[1], k.shape[2]
+    key_blocks = math.ceil(seqlen_k / _CTA_ROWS)
+    if not config.lpt:
+        return (key_blocks, batch * kv_heads), 1
+    group_bytes = 2 * (heads // kv_heads) * seqlen_q * head_dim * q.element_size()
+    section = l2_section(group_bytes, 1, batch * kv_heads)
+    return (_one_dimension(key_blocks * batch * kv_heads, config),), section
+
+
 def _launch_dkdv(
     config: BwdVariant,
     q: torch.Tensor,
@@ -327,7 +386,7 @@ def _launch_dkdv(
     batch, heads, seqlen_q, head_dim = q.shape
     kv_heads, seqlen_k = k.shape[1], k.shape[2]
     rows = config.dkdv_block_m
-    grid = (math.ceil(seqlen_k / _CTA_ROWS), batch * kv_heads)
+    grid, section = _key_block_grid(config, q, k)
     args = (
         _descriptor(q, rows),
         _descriptor(k, _WG_ROWS),
@@ -342,12 +401,16 @@ def _launch_dkdv(
         heads // kv_heads,
         scale * _LOG2E,
         scale,
+        math.ceil(seqlen_k / _CTA_ROWS),
+        batch * kv_heads,
+        section,
     )
     constants = {
         "HEAD_DIM": head_dim,
         "BLOCK_M": rows,
         "NUM_STAGES": config.dkdv_stages,
         "CAUSAL": causal,
+        "LPT": config.lpt,
         "CONSUMER_REGS": config.consumer_regs,
         "PRODUCER_REGS": config.producer_regs,
     }
@@ -373,7 +436,7 @@ def _launch_fused(
     batch, heads, seqlen_q, head_dim = q.shape
     kv_heads, seqlen_k = k.shape[1], k.shape[2]
     rows = config.block_m
-    grid = (math.ceil(seqlen_k / _CTA_ROWS), batch * kv_heads)
+    grid, section = _key_block_grid(config, q, k)
     args = (
         _descriptor(q, rows),
         _descriptor(k, _WG_ROWS),
@@ -391,6 +454,9 @@ def _launch_fused(
         heads // kv_heads,
         scale * _LOG2E,
         scale,
+        math.ceil(seqlen_k / _CTA_ROWS),
+        batch * kv_heads,
+        section,
     )
     constants = {
         "HEAD_DIM": head_dim,
@@ -399,6 +465,7 @@ def _launch_fused(
         "CAUSAL": causal,
         "SPLIT_COLS": config.split_cols,
         "DQ_TMA": config.tma_dq,
+        "LPT": config.lpt,
         "CONSUMER_REGS": config.consumer_regs,
         "PRODUCER_REGS": config.producer_regs,
     }
@@ -443,7 +510,13 @@ def _launch_dq(
     batch, heads, seqlen_q, head_dim = q.shape
     kv_heads, seqlen_k = k.shape[1], k.shape[2]
     keys = config.dq_block_n
-    grid = (math.ceil(seqlen_q / _CTA_ROWS), batch * heads)
+    query_blocks = math.ceil(seqlen_q / _CTA_ROWS)
+    grid: tuple[int, ...] = (query_blocks, batch * heads)
+    section = 1
+    if config.lpt:  # each CTA streams its key/value head's keys and values
+        kv_bytes = 2 * seqlen_k * head_dim * k.element_size()
+        section = l2_section(kv_bytes, heads // kv_heads, batch * heads)
+        grid = (_one_dimension(query_blocks * batch * heads, config),)
     args = (
         _descriptor(q, _WG_ROWS),
         _descriptor(k, keys),
@@ -458,12 +531,15 @@ def _launch_dq(
         heads // kv_heads,
         scale * _LOG2E,
         scale,
+        batch * heads,
+        section,
     )
     constants = {
         "HEAD_DIM": head_dim,
         "BLOCK_N": keys,
         "NUM_STAGES": config.dq_stages,
         "CAUSAL": causal,
+        "LPT": config.lpt,
         "CONSUMER_REGS": config.consumer_regs,
         "PRODUCER_REGS": config.producer_regs,
     }

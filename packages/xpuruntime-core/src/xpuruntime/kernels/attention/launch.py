@@ -520,12 +520,12 @@ def _hopper_backward_unsupported(q: torch.Tensor, layout: Layout) -> str:
     return ""
 
 
-def hopper_backward_plan(q: torch.Tensor, *, layout: Layout) -> tuple[bool, str]:
+def hopper_backward_plan(q: torch.Tensor, *, causal: bool, layout: Layout) -> tuple[bool, str]:
     """(whether :func:`hopper_backward` runs the Gluon Hopper backward on this query, how its
     detail begins: which backward runs and why). The Gluon backward runs its fused kernel (dQ
-    added with float32 atomics) or its deterministic kernels, per head size as measured
-    (:func:`.hopper_bwd.choose_variant`); under ``torch.use_deterministic_algorithms`` always
-    the deterministic ones."""
+    added with float32 atomics) or its deterministic kernels, per head size and mask as
+    measured (:func:`.hopper_bwd.choose_variant`); under ``torch.use_deterministic_algorithms``
+    always the deterministic ones."""
     if layout == "thd":
         return False, f"backward: xrt_flash's Triton kernels ({HOPPER_PACKED})"
     reason = _hopper_backward_unsupported(q, layout)
@@ -533,7 +533,9 @@ def hopper_backward_plan(q: torch.Tensor, *, layout: Layout) -> tuple[bool, str]
         return False, f"backward: xrt_flash's Triton kernels ({reason})"
     deterministic = torch.are_deterministic_algorithms_enabled()
     try:
-        variant, origin = hopper_bwd.choose_variant(q.shape[-1], deterministic=deterministic)
+        variant, origin = hopper_bwd.choose_variant(
+            q.shape[-1], causal=causal, deterministic=deterministic
+        )
     except XpuRuntimeError as error:  # a malformed variant name: the backward itself raises
         return True, f"{HOPPER_BACKWARD} ({error})"
     named = "" if origin.startswith("default") else f"; variant {variant.name} {origin}"
@@ -550,6 +552,8 @@ def hopper_backward_plan(q: torch.Tensor, *, layout: Layout) -> tuple[bool, str]
             "dK/dV + dQ kernels, deterministic: the default at this head size, measured faster "
             "than the fused kernel"
         )
+    if variant.lpt and not named:
+        path += "; causal: longest blocks first on 1-D grids"
     return True, f"{HOPPER_BACKWARD} ({path})"
 
 
@@ -571,7 +575,7 @@ def hopper_backward(
     backward (:mod:`.hopper_bwd`) where it takes the call, else xrt_flash's Triton backward
     on the same log-sum-exp (packed sequences, ``layout="thd"`` with ``varlen``, always);
     the detail says which ran (:func:`hopper_backward_plan`)."""
-    gluon, plan = hopper_backward_plan(q, layout=layout)
+    gluon, plan = hopper_backward_plan(q, causal=causal, layout=layout)
     if not gluon:
         dq, dk, dv, detail = backward(
             grad_out, q, k, v, out, lse, causal=causal, scale=scale, layout=layout,

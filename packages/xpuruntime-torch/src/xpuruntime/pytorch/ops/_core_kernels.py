@@ -70,7 +70,7 @@ def attention_forward(
         out, lse, detail = launch.hopper_forward(
             query, key, value, causal=is_causal, scale=scale, layout="bhsd"
         )
-        _, backward = launch.hopper_backward_plan(query, layout="bhsd")
+        _, backward = launch.hopper_backward_plan(query, causal=is_causal, layout="bhsd")
         return out, lse, f"{detail}; {backward}"
     return launch.forward(query, key, value, causal=is_causal, scale=scale, layout="bhsd")
 
