@@ -78,3 +78,27 @@ def test_a_log_without_a_summary_is_an_error(tmp_path: Path) -> None:
     cut = tmp_path / "cut.log"
     cut.write_text("========= COMPUTE-SANITIZER\n")
     assert triage.main([str(cut), str(tmp_path / "missing.log")]) == 2
+
+
+def test_the_branch_that_picks_a_warp_specialize_call_is_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The forward picks its call by a constexpr ``if NUM_WG == 2:`` (two or three consumer
+    warpgroups); racecheck attributes that call's state writes to the ``if`` line (seen on
+    an H200). That line is the hand-off's; the comment line above it is not."""
+    triage = _triage()
+    kernel, file = "_xrt_attn_fwd_hopper", "_hopper_kernels.py"
+    define, _ = triage._lines(file, kernel)
+    text = triage.SOURCES[file].read_text().splitlines()
+    call = next(i for i, line in enumerate(text, 1) if "gl.warp_specialize(" in line)
+    assert text[call - 2].strip() == "if NUM_WG == 2:"
+    log = tmp_path / "racecheck.log"
+    log.write_text(
+        _report(kernel, file, ("Read", define), ("Write", define), ("Write", call - 1)) + SUMMARY
+    )
+    assert triage.main([str(log)]) == 0
+    log.write_text(
+        _report(kernel, file, ("Read", define), ("Write", define), ("Write", call - 2)) + SUMMARY
+    )
+    assert triage.main([str(log)]) == 1
+    assert "NEW:" in capsys.readouterr().out
