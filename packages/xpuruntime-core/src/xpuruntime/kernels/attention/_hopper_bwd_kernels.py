@@ -208,7 +208,8 @@ def _dkdv_consumer(
     v = v_smem.index(WG)
     mbarrier.wait(kv_bars.index(WG), 0)
     # One flat loop over (query head of the group, query block), in the producer's order: one
-    # loop keeps fewer values live across loop boundaries than a nest (spill-free at 128).
+    # loop keeps fewer values live across loop boundaries than a nest (no spill in the loop
+    # at 128; causal, ptxas stores one 4-byte value once, outside it: STL/LDL in the SASS).
     n_iter = n_m - m_lo
     for it in range(group * n_iter):
         m = m_lo + it % n_iter
