@@ -9,9 +9,9 @@ against the default warps' entry and exit writes (attributed to the ``def`` line
 racecheck reports it as a hazard in every Gluon kernel here; docs/attention.md explains why it
 is not a race. This script applies that triage rule mechanically: a report whose first access
 is a read at a Gluon kernel's ``def`` line and whose every paired access is a write at that
-``def`` line or at a ``gl.warp_specialize`` line of the same file (or at the constexpr ``if``
-line right above one, to which racecheck attributes the writes of a call a branch picks) is
-the hand-off; any other report is new and needs analysis.
+``def`` line or at a ``gl.warp_specialize`` line of the same file (or at the ``if``/``else``
+line of the constexpr branch that picks one, to which racecheck attributes that call's writes)
+is the hand-off; any other report is new and needs analysis.
 
 The line numbers are the source's as it ran, so run this in the checkout that ran the kernels
 (the GPU phases do, right after racecheck). Exit status: 0 when every report is the hand-off,
@@ -65,20 +65,29 @@ def reports(text: str) -> list[Report]:
     return found
 
 
+def _branch(text: list[str], call: int) -> int | None:
+    """The ``if``/``elif``/``else:`` line that opens the block whose first statement (past any
+    ``gl.static_assert`` lines) is the call at line ``call``, if there is one."""
+    line = call - 1
+    while line >= 1 and text[line - 1].strip().startswith("gl.static_assert("):
+        line -= 1
+    if line >= 1 and text[line - 1].strip().startswith(("if ", "elif ", "else:")):
+        return line
+    return None
+
+
 def _lines(file: str, kernel: str) -> tuple[int | None, set[int]]:
     """The kernel's ``def`` line and the ``gl.warp_specialize`` lines of ``file``, with the
-    ``if``/``else`` line right above one: where a constexpr branch picks the call (the
-    forward's two or three consumer warpgroups), racecheck attributes the state writes to the
-    branch's line."""
+    branch line that picks a call (:func:`_branch`): where a constexpr branch picks it (the
+    forward's two or three consumer warpgroups), racecheck attributed the state writes to the
+    ``if`` line on an H200 (the ``else`` line is taken alike)."""
     source = SOURCES.get(file)
     if source is None:
         return None, set()
     text = source.read_text().splitlines()
     define = next((i for i, line in enumerate(text, 1) if line.startswith(f"def {kernel}(")), None)
     specialise = {i for i, line in enumerate(text, 1) if "gl.warp_specialize(" in line}
-    branches = {
-        i - 1 for i in specialise if text[i - 2].strip().startswith(("if ", "elif ", "else:"))
-    }
+    branches = {branch for call in specialise if (branch := _branch(text, call)) is not None}
     return define, specialise | branches
 
 

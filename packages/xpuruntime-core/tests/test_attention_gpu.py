@@ -48,9 +48,8 @@ FACTOR = 1.5
 FLOOR = {torch.float16: 2**-12, torch.bfloat16: 2**-9}
 
 
-#: The Gluon Hopper backward's default path per head size, as its detail names it.
-#: How the default backward's detail begins per head size (causal calls add how the work is
-#: ordered).
+#: How the Gluon Hopper backward's default detail begins per head size (at head size 128,
+#: causal calls add how the work is ordered).
 _HOPPER_DEFAULT_BACKWARD = {
     64: "backward: gluon hopper backward (fused dK/dV/dQ, fp32 atomic dQ; nondeterministic",
     128: "backward: gluon hopper backward (dK/dV + dQ kernels, deterministic: the default at "
@@ -274,6 +273,47 @@ def test_hopper_backward_under_deterministic_algorithms_is_repeatable_and_says_s
             err = (got.float() - want).abs().max().item()
             bound = FACTOR * flash_max + FLOOR[torch.bfloat16]
             assert err <= bound, f"{name}: max error {err} (flash {flash_max})"
+
+
+@needs_sm90
+@pytest.mark.parametrize(
+    ("variant", "batch", "heads", "kv_heads", "seq_q", "seq_k", "dim"),
+    [
+        # Two L2 sections of 16 and 5 heads (2 MB of queries and output gradients each).
+        pytest.param("m64s2n64s2", 3, 7, 7, 4000, 4000, 128, id="deterministic-sections"),
+        # Sections of 4, 4 and 2 key/value heads (4 query heads each), Sq < Sk.
+        pytest.param("m64s2n64s2", 5, 8, 2, 3000, 4000, 128, id="deterministic-gqa"),
+        # Three sections of 32, 32 and 14 heads; float32 atomics on dQ.
+        pytest.param("fm64s2ct", 6, 13, 13, 4000, 4000, 64, id="fused-sections"),
+    ],
+)
+def test_hopper_backward_longest_first_grids_give_the_2d_grids_gradients(
+    variant: str, batch: int, heads: int, kv_heads: int, seq_q: int, seq_k: int, dim: int
+) -> None:
+    """The 1-D longest-first grids (``_l``) compute the same blocks as the 2-D grids, on
+    shapes of several L2 sections with a short last one: the deterministic kernels' gradients
+    are bitwise equal, the fused kernel's equal up to the order of its float32 additions."""
+    from xpuruntime.kernels.attention import hopper_bwd
+
+    gen = torch.Generator(device="cuda").manual_seed(5)
+
+    def randn(*shape: int) -> Any:
+        return torch.randn(*shape, device="cuda", generator=gen).bfloat16()
+
+    q, do = randn(batch, heads, seq_q, dim), randn(batch, heads, seq_q, dim)
+    k, v = randn(batch, kv_heads, seq_k, dim), randn(batch, kv_heads, seq_k, dim)
+    out, lse = ops.attention(
+        q, k, v, causal=True, layout="bhsd", return_lse=True, policy=HOPPER_PIN
+    )
+    grids = [
+        hopper_bwd.hopper_attention_backward(do, q, k, v, out, lse, causal=True, variant=name)
+        for name in (variant, f"{variant}_l")
+    ]
+    for name, two_d, one_d in zip(("dq", "dk", "dv"), *grids, strict=True):
+        if variant.startswith("f"):
+            torch.testing.assert_close(one_d, two_d, atol=2e-2, rtol=1e-2, msg=name)
+        else:
+            assert torch.equal(one_d, two_d), name
 
 
 @needs_sm90

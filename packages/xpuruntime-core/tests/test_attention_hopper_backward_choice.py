@@ -207,6 +207,30 @@ def test_the_causal_defaults_run_longest_first_and_say_so(monkeypatch: pytest.Mo
     assert plan.endswith(f"variant m64s2n64s2 from {hopper_bwd.VARIANT_ENV})")
 
 
+@pytest.mark.usefixtures("deterministic_algorithms")
+def test_a_fused_variant_passed_over_gives_way_to_the_causal_deterministic_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under deterministic algorithms a named fused variant gives way to the deterministic
+    default of the head size and mask: at head size 128 causal the 1-D longest-first one,
+    which the detail says after naming what was passed over."""
+    monkeypatch.setattr(launch, "_hopper_backward_unsupported", lambda q, layout: "")
+    monkeypatch.setenv(hopper_bwd.VARIANT_ENV, "fm64s2c")
+    q = torch.zeros(1, 2, 8, 128, dtype=torch.bfloat16)
+    variant, _ = hopper_bwd.choose_variant(128, causal=True, deterministic=True)
+    assert variant.name == "m64s2n64s2_l"
+    _, plan = launch.hopper_backward_plan(q, causal=True, layout="bhsd")
+    assert plan == (
+        f"{DETERMINISTIC[:-1]}; fm64s2c from {hopper_bwd.VARIANT_ENV} is fused, not "
+        f"deterministic{LONGEST_FIRST}"
+    )
+    _, plan = launch.hopper_backward_plan(q, causal=False, layout="bhsd")
+    assert plan == (
+        f"{DETERMINISTIC[:-1]}; fm64s2c from {hopper_bwd.VARIANT_ENV} is fused, not "
+        "deterministic)"
+    )
+
+
 def test_variant_names_round_trip() -> None:
     for head_dim in hopper_bwd.HEAD_DIMS:
         names = hopper_bwd.variant_names(head_dim)

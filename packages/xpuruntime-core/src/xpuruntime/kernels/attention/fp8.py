@@ -444,12 +444,12 @@ def _hopper_forward(
         v=qz.v_scale.expand(g.batch, g.kv_heads, g.head_dim).contiguous(),
         k_block=qz.block,
     )
-    config = hopper.hopper_fp8_forward(
+    config, twin = hopper.hopper_fp8_forward(
         _bhsd(layout, q8), _bhsd(layout, qz.k), _whole_groups(qz.vt), scales,
         causal=causal, scale=scale, out=_bhsd(layout, out), lse=lse,
     )  # fmt: skip
     scaling = qz.scaling.replace("query per row", query) if query else qz.scaling
-    return f"{HOPPER_DETAIL} (warp-specialised, {config.name}) ({scaling})"
+    return f"{HOPPER_DETAIL} (warp-specialised, {config.name}{twin}) ({scaling})"
 
 
 def _scale_strides(x: torch.Tensor) -> tuple[int, int, int]:

@@ -781,8 +781,9 @@ def hopper_fp8_forward(
     out: torch.Tensor,
     lse: torch.Tensor,
     variant: str | None = None,
-) -> Variant:
-    """Attention on e4m3 inputs into ``out`` and ``lse``; returns the variant that ran.
+) -> tuple[Variant, str]:
+    """Attention on e4m3 inputs into ``out`` and ``lse``; returns the variant that ran and
+    what the detail adds about it ('' or why a persistent variant ran as its ``_l`` twin).
 
     ``q8`` (batch, heads, seqlen_q, head_dim) and ``k8`` (batch, kv_heads, seqlen_k,
     head_dim) are e4m3 views whose last dimension is contiguous; ``vt8`` is the value
@@ -807,8 +808,6 @@ def hopper_fp8_forward(
             f"hopper fp8 attention: key scales per {scales.k_block} rows do not cover whole "
             f"key blocks of {config.block_n} (variant {config.name})"
         )
-    # A persistent variant captured into a CUDA graph before its schedule exists runs its
-    # _l twin, whose name the caller's detail gives.
-    config, sched, _ = _scheduled(config, d, causal, q8)
+    config, sched, twin = _scheduled(config, d, causal, q8)
     _launch(config, d, q8, k8, vt8, out, lse, causal, scale, None, scales, sched)
-    return config
+    return config, twin

@@ -12,10 +12,11 @@ lse · log2(e) into buffers padded to 128 query rows:
   block pair, no atomics).
 
 Which runs: the variant named (argument, else ``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT``),
-else the head size's default, measured on an H200 (``_DEFAULT``: fused at head size 64,
-deterministic at 128); ``deterministic=True`` (the launcher passes
-``torch.are_deterministic_algorithms_enabled()``) replaces a fused choice by the
-deterministic default (:func:`choose_variant`).
+else the default of the head size and mask, measured on an H200 (``_DEFAULT``: fused at head
+size 64, deterministic at 128, on 1-D longest-first grids at 128 causal);
+``deterministic=True`` (the launcher passes ``torch.are_deterministic_algorithms_enabled()``)
+replaces a fused choice by the deterministic default of the head size and mask
+(:func:`choose_variant`).
 
 Like :mod:`.hopper`, torch and Triton are imported inside the functions that need them, and
 the variant table is plain data that the offline compile script reads without torch.
@@ -114,7 +115,8 @@ class BwdVariant:
         return tiles + ("_l" if self.lpt else "")
 
 
-#: Candidates per head size, each kind's default first (``scripts/hopper_attention_bwd_compile.py``
+#: Candidates per head size, each kind's full-attention default first (the causal defaults are
+#: :data:`_DEFAULT`'s; ``scripts/hopper_attention_bwd_compile.py``
 #: compiles them; 128-row steps spill on both head sizes and are left out, as are the fused
 #: ``k`` steps at head size 128; the fused ``t`` steps at head size 128 spill a few scalars
 #: in the second consumer's loop).
@@ -154,7 +156,7 @@ HEAD_DIMS = tuple(_FUSED)
 
 def variant_names(head_dim: int) -> tuple[str, ...]:
     """The candidate variants of ``head_dim``: the fused ones, then the deterministic ones,
-    each kind's default first."""
+    each kind's full-attention default first."""
     return _FUSED[head_dim] + _DETERMINISTIC[head_dim]
 
 
@@ -253,8 +255,9 @@ def hopper_attention_backward(
     seqlen_k, head_dim), bfloat16 or float16, unit-stride head dimension, causal masking top
     left; ``lse`` is the forward's float32 (batch, heads, seqlen_q) natural-log log-sum-exp.
     dk and dv are summed over the query heads that share each key/value head. Head sizes 64
-    and 128. ``variant`` (default: ``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT`` or the head
-    size's default) picks the path and the tiles; ``deterministic`` keeps to the
+    and 128. ``variant`` (default: ``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT`` or the default
+    of the head size and mask) picks the path, the tiles and the grid order; ``deterministic``
+    keeps to the
     deterministic path (:func:`choose_variant`); ``stream`` (a raw ``cudaStream_t``;
     default: the current stream) is the stream the work runs on.
     """
@@ -342,30 +345,38 @@ def _row_descriptor(x: torch.Tensor, rows: int) -> gluon_launch.Tma:
     return gluon_launch.Tma(x, (1, rows), _float32_layout(0))
 
 
-def _one_dimension(ctas: int, config: FusedVariant | BwdVariant) -> int:
-    """``ctas`` as a 1-D grid's size: CUDA's x dimension takes up to 2³¹ - 1."""
-    if ctas >= 2**31:
+def _block_grid(
+    config: FusedVariant | BwdVariant,
+    blocks: int,
+    batch_heads: int,
+    unit_bytes: int,
+    heads_per_unit: int,
+) -> tuple[tuple[int, ...], tuple[int, int, int]]:
+    """(grid, the kernel's order arguments: blocks, batch x heads, L2 section) of one CTA per
+    block of each of ``batch_heads`` heads: a 2-D grid, or with ``_l`` a 1-D one in L2
+    sections of the heads whose streamed data (``unit_bytes`` per ``heads_per_unit`` heads,
+    :func:`.hopper.l2_section`) fit in L2 together. CUDA's x dimension takes up to 2³¹ - 1."""
+    if not config.lpt:
+        return (blocks, batch_heads), (blocks, batch_heads, 1)
+    if blocks * batch_heads >= 2**31:
         raise UnsupportedOperationError(
-            f"hopper attention backward variant {config.name}: {ctas} CTAs do not fit a 1-D "
-            "grid; name a variant without _l"
+            f"hopper attention backward variant {config.name}: {blocks * batch_heads} CTAs "
+            "do not fit a 1-D grid; name a variant without _l"
         )
-    return ctas
+    section = l2_section(unit_bytes, heads_per_unit, batch_heads)
+    return (blocks * batch_heads,), (blocks, batch_heads, section)
 
 
 def _key_block_grid(
     config: FusedVariant | BwdVariant, q: torch.Tensor, k: torch.Tensor
-) -> tuple[tuple[int, ...], int]:
-    """(grid, L2 section) of the dK/dV and fused kernels: one CTA per 128 keys of each
-    (batch, key/value head), on a 2-D grid or (``_l``) a 1-D one in L2 sections of the heads
-    whose queries and output gradients (which each of their CTAs streams) fit in L2 together."""
+) -> tuple[tuple[int, ...], tuple[int, int, int]]:
+    """:func:`_block_grid` of the dK/dV and fused kernels: one CTA per 128 keys of each
+    (batch, key/value head), each streaming the queries and output gradients of its group."""
     batch, heads, seqlen_q, head_dim = q.shape
     kv_heads, seqlen_k = k.shape[1], k.shape[2]
-    key_blocks = math.ceil(seqlen_k / _CTA_ROWS)
-    if not config.lpt:
-        return (key_blocks, batch * kv_heads), 1
     group_bytes = 2 * (heads // kv_heads) * seqlen_q * head_dim * q.element_size()
-    section = l2_section(group_bytes, 1, batch * kv_heads)
-    return (_one_dimension(key_blocks * batch * kv_heads, config),), section
+    key_blocks = math.ceil(seqlen_k / _CTA_ROWS)
+    return _block_grid(config, key_blocks, batch * kv_heads, group_bytes, 1)
 
 
 def _launch_dkdv(
@@ -383,10 +394,10 @@ def _launch_dkdv(
 ) -> None:
     from xpuruntime.kernels.attention import _hopper_bwd_kernels
 
-    batch, heads, seqlen_q, head_dim = q.shape
-    kv_heads, seqlen_k = k.shape[1], k.shape[2]
+    _, heads, seqlen_q, head_dim = q.shape
+    kv_heads = k.shape[1]
     rows = config.dkdv_block_m
-    grid, section = _key_block_grid(config, q, k)
+    grid, order = _key_block_grid(config, q, k)
     args = (
         _descriptor(q, rows),
         _descriptor(k, _WG_ROWS),
@@ -401,9 +412,7 @@ def _launch_dkdv(
         heads // kv_heads,
         scale * _LOG2E,
         scale,
-        math.ceil(seqlen_k / _CTA_ROWS),
-        batch * kv_heads,
-        section,
+        *order,
     )
     constants = {
         "HEAD_DIM": head_dim,
@@ -433,10 +442,10 @@ def _launch_fused(
 ) -> None:
     from xpuruntime.kernels.attention import _hopper_bwd_kernels
 
-    batch, heads, seqlen_q, head_dim = q.shape
-    kv_heads, seqlen_k = k.shape[1], k.shape[2]
+    _, heads, seqlen_q, head_dim = q.shape
+    kv_heads = k.shape[1]
     rows = config.block_m
-    grid, section = _key_block_grid(config, q, k)
+    grid, order = _key_block_grid(config, q, k)
     args = (
         _descriptor(q, rows),
         _descriptor(k, _WG_ROWS),
@@ -454,9 +463,7 @@ def _launch_fused(
         heads // kv_heads,
         scale * _LOG2E,
         scale,
-        math.ceil(seqlen_k / _CTA_ROWS),
-        batch * kv_heads,
-        section,
+        *order,
     )
     constants = {
         "HEAD_DIM": head_dim,
@@ -510,13 +517,13 @@ def _launch_dq(
     batch, heads, seqlen_q, head_dim = q.shape
     kv_heads, seqlen_k = k.shape[1], k.shape[2]
     keys = config.dq_block_n
+    # One CTA per 128 query rows of each (batch, head), streaming its key/value head's keys
+    # and values (the kernel derives the block count from the padded buffers' length).
+    kv_bytes = 2 * seqlen_k * head_dim * k.element_size()
     query_blocks = math.ceil(seqlen_q / _CTA_ROWS)
-    grid: tuple[int, ...] = (query_blocks, batch * heads)
-    section = 1
-    if config.lpt:  # each CTA streams its key/value head's keys and values
-        kv_bytes = 2 * seqlen_k * head_dim * k.element_size()
-        section = l2_section(kv_bytes, heads // kv_heads, batch * heads)
-        grid = (_one_dimension(query_blocks * batch * heads, config),)
+    grid, (_, batch_heads, section) = _block_grid(
+        config, query_blocks, batch * heads, kv_bytes, heads // kv_heads
+    )
     args = (
         _descriptor(q, _WG_ROWS),
         _descriptor(k, keys),
@@ -531,7 +538,7 @@ def _launch_dq(
         heads // kv_heads,
         scale * _LOG2E,
         scale,
-        batch * heads,
+        batch_heads,
         section,
     )
     constants = {
