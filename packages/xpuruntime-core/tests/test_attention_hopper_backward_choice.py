@@ -226,8 +226,7 @@ def test_a_fused_variant_passed_over_gives_way_to_the_causal_deterministic_defau
     )
     _, plan = launch.hopper_backward_plan(q, causal=False, layout="bhsd")
     assert plan == (
-        f"{DETERMINISTIC[:-1]}; fm64s2c from {hopper_bwd.VARIANT_ENV} is fused, not "
-        "deterministic)"
+        f"{DETERMINISTIC[:-1]}; fm64s2c from {hopper_bwd.VARIANT_ENV} is fused, not deterministic)"
     )
 
 
