@@ -56,8 +56,9 @@ def compile_one(
         signature |= {"dk_desc": desc(64), "dv_desc": desc(64), "lse_desc": row, "delta_desc": row}
         signature |= {"seqlen_q": "i32", "num_kv_heads": "i32", **common, **order}
         constexprs = {"HEAD_DIM": head_dim, "BLOCK_M": m, "NUM_STAGES": variant.dkdv_stages}
-        constexprs |= {"CAUSAL": causal, "LPT": variant.lpt, **regs}
-        tag = f"m{m}s{variant.dkdv_stages}{lpt}"
+        constexprs |= {"CAUSAL": causal, "LPT": variant.lpt, "OVERLAP": variant.dkdv_overlap}
+        constexprs |= regs
+        tag = f"m{m}s{variant.dkdv_stages}{'o' if variant.dkdv_overlap else ''}{lpt}"
     elif kernel == "fused":
         fn = kernels._xrt_attn_bwd_fused_hopper
         m = variant.block_m
@@ -70,7 +71,7 @@ def compile_one(
         signature |= {"num_kv_heads": "i32", **common, **order}
         constexprs = {"HEAD_DIM": head_dim, "BLOCK_M": m, "NUM_STAGES": variant.stages}
         constexprs |= {"CAUSAL": causal, "SPLIT_COLS": variant.split_cols, **regs}
-        constexprs |= {"DQ_TMA": variant.tma_dq, "LPT": variant.lpt}
+        constexprs |= {"DQ_TMA": variant.tma_dq, "LPT": variant.lpt, "OVERLAP": variant.overlap}
         tag = variant.name
     elif kernel == "convert":  # the fused path's float32 dQ to dQ
         fn = kernels._xrt_attn_bwd_dq_convert_hopper

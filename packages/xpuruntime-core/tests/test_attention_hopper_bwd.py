@@ -22,9 +22,31 @@ def test_variant_names_round_trip() -> None:
     variant = hopper_bwd.parse_variant("m64s3n128s2")
     assert (variant.dkdv_block_m, variant.dkdv_stages) == (64, 3)
     assert (variant.dq_block_n, variant.dq_stages) == (128, 2)
+    assert not variant.dkdv_overlap
+    # ``o`` after the dK/dV kernel's stages: its steps issue the next Sᵀ GEMM early.
+    for name, flags in (("m64s3on64s3_l", (True, True)), ("m64s2on64s2", (True, False))):
+        variant = hopper_bwd.parse_variant(name)
+        assert (variant.dkdv_overlap, variant.lpt) == flags
+        assert variant.name == name
+    fused = hopper_bwd.parse_variant("fm64s2cto_l")
+    assert (fused.tma_dq, fused.overlap, fused.lpt) == (True, True, True)
+    assert fused.name == "fm64s2cto_l"
 
 
-@pytest.mark.parametrize("name", ["m64s2", "m32s2n64s2", "m64s5n64s2", "m64s2n64s2pp"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "m64s2",
+        "m32s2n64s2",
+        "m64s5n64s2",
+        "m64s2n64s2pp",
+        "m64s2n64s2_lo",
+        "m64os2n64s2",
+        "m64s2n64s2o",
+        "fm64s2co",
+        "fm64s2cot",
+    ],
+)
 def test_bad_variant_names_are_refused(name: str) -> None:
     with pytest.raises(InvalidArgumentError):
         hopper_bwd.parse_variant(name)

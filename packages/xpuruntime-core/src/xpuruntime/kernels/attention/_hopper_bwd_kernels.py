@@ -141,13 +141,50 @@ def _row(buf, n: gl.constexpr, layout: gl.constexpr):
 
 
 @gluon.jit
+def _ring_s(k, q_smem, q_ready, it, s_init, NUM_STAGES: gl.constexpr):
+    """Sᵀ = K Qᵀ of ring position ``it``, issued (asynchronously) once its query tile has
+    landed."""
+    slot = it % NUM_STAGES
+    mbarrier.wait(q_ready.index(slot), (it // NUM_STAGES) & 1)
+    return warpgroup_mma(
+        k, q_smem.index(slot).permute((1, 0)), s_init, use_acc=False, is_async=True
+    )
+
+
+@gluon.jit
+def _first_s(k, q_smem, q_ready, n_total, s_init, NUM_STAGES: gl.constexpr):
+    """The first step's Sᵀ for overlapped steps (``s_init`` when there is no step)."""
+    s = s_init
+    if n_total > 0:
+        s_tok = _ring_s(k, q_smem, q_ready, 0, s_init, NUM_STAGES)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+    return s
+
+
+@gluon.jit
+def _next_s(k, q_smem, q_ready, it, n_total, s_init, NUM_STAGES: gl.constexpr):
+    """The next step's Sᵀ, issued by overlapped step ``it``. The last step recomputes its own
+    (its slot is still held): a branch around the GEMM made ptxas copy the accumulators and
+    spill (336 bytes at head size 128)."""
+    return _ring_s(k, q_smem, q_ready, gl.minimum(it + 1, n_total - 1), s_init, NUM_STAGES)
+
+
+@gluon.jit
 def _dkdv_step(
-    it, m, k, v, q_smem, do_smem, lse_smem, delta_smem, q_ready, do_ready, empty,
-    dk, dv, s_init, row0, qk_scale,
+    it, n_total, m, k, v, q_smem, do_smem, lse_smem, delta_smem, q_ready, do_ready, empty,
+    dk, dv, s, s_init, row0, qk_scale,
     BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+    OVERLAP: gl.constexpr,
 ):  # fmt: skip
     """Ring slot ``it`` (query block ``m`` of some query head) against this warpgroup's 64
-    keys from ``row0``."""
+    keys from ``row0``; returns (dk, dv, s).
+
+    With ``OVERLAP``, ``s`` is this step's Sᵀ, computed by the step before (or the loop's
+    prologue), and the step issues the next one's Sᵀ = K Qᵀ behind its dK GEMM, so that the
+    tensor cores run it while this warpgroup waits for dK anyway, instead of after the step
+    boundary (release, ring wait, issue). Every GEMM still completes inside the step: a
+    wgmma in flight across a loop's back edge would make ptxas serialise them. Without it,
+    ``s`` is unused and the step computes its own Sᵀ first."""
     s_layout: gl.constexpr = s_init.type.layout
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dk.type.layout, k_width=2)
     cols_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
@@ -155,12 +192,13 @@ def _dkdv_step(
     phase = (it // NUM_STAGES) & 1
     q = q_smem.index(slot)
     do = do_smem.index(slot)
-    mbarrier.wait(q_ready.index(slot), phase)
-    s_tok = warpgroup_mma(k, q.permute((1, 0)), s_init, use_acc=False, is_async=True)
+    if not OVERLAP:
+        s_tok = _ring_s(k, q_smem, q_ready, it, s_init, NUM_STAGES)
     mbarrier.wait(do_ready.index(slot), phase)
     dp_tok = warpgroup_mma(v, do.permute((1, 0)), s_init, use_acc=False, is_async=True)
     lse2 = _row(lse_smem.index(slot), BLOCK_M, cols_layout)
-    s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+    if not OVERLAP:
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
     qk = s * qk_scale
     if CAUSAL:
         # Query m sees key n only if m >= n: a block whose first query is at least 64 past
@@ -180,9 +218,13 @@ def _dkdv_step(
     ds = p * (dp - gl.expand_dims(delta, 0))
     ds_a = gl.convert_layout(ds.to(q.dtype), a_layout)
     dk_tok = warpgroup_mma(ds_a, q, dk, is_async=True)
-    dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok))
+    if OVERLAP:
+        s_tok = _next_s(k, q_smem, q_ready, it, n_total, s_init, NUM_STAGES)
+        dv, dk, s = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, s_tok))
+    else:
+        dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok))
     _release(empty.index(slot))
-    return dk, dv
+    return dk, dv, s
 
 
 @gluon.jit
@@ -190,9 +232,10 @@ def _dkdv_consumer(
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bars, q_ready, do_ready, empty,
     dk_desc, dv_desc, num_kv_heads, bh, start_n, group, m_lo, n_m, qk_scale, scale,
     WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
 ):  # fmt: skip
-    """Consumer warpgroup ``WG``: dK and dV of key rows ``start_n + WG * 64`` to ``+ 64``."""
+    """Consumer warpgroup ``WG``: dK and dV of key rows ``start_n + WG * 64`` to ``+ 64``
+    (``OVERLAP``: see :func:`_dkdv_step`)."""
     dtype: gl.constexpr = q_smem.dtype
     mma_s: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_M, 16]
@@ -211,11 +254,13 @@ def _dkdv_consumer(
     # loop keeps fewer values live across loop boundaries than a nest (no spill in the loop
     # at 128; causal, ptxas stores one 4-byte value once, outside it: STL/LDL in the SASS).
     n_iter = n_m - m_lo
-    for it in range(group * n_iter):
+    n_total = group * n_iter
+    s = _first_s(k, q_smem, q_ready, n_total, s_init, NUM_STAGES) if OVERLAP else s_init
+    for it in range(n_total):
         m = m_lo + it % n_iter
-        dk, dv = _dkdv_step(
-            it, m, k, v, q_smem, do_smem, lse_smem, delta_smem, q_ready, do_ready, empty,
-            dk, dv, s_init, row0, qk_scale, BLOCK_M, NUM_STAGES, CAUSAL,
+        dk, dv, s = _dkdv_step(
+            it, n_total, m, k, v, q_smem, do_smem, lse_smem, delta_smem, q_ready, do_ready,
+            empty, dk, dv, s, s_init, row0, qk_scale, BLOCK_M, NUM_STAGES, CAUSAL, OVERLAP,
         )  # fmt: skip
     # This warpgroup's K and V rows are free now (its last wgmma completed): stage the
     # gradients there. Rows past seqlen_k are clipped by the store. The coordinates are
@@ -279,8 +324,8 @@ def _xrt_attn_bwd_dkdv_hopper(
     q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc,
     seqlen_q, num_kv_heads, group, qk_scale, scale, num_key_blocks, batch_kv_heads, section,
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
-    CAUSAL: gl.constexpr, LPT: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-    PRODUCER_REGS: gl.constexpr,
+    CAUSAL: gl.constexpr, LPT: gl.constexpr, OVERLAP: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):  # fmt: skip
     """One CTA per (128 keys, batch x key/value head); launch with num_warps=4 (consumer 0;
     consumer 1 and the producer warp are worker partitions). Boxes: Q and dO BLOCK_M rows,
@@ -328,12 +373,12 @@ def _xrt_attn_bwd_dkdv_hopper(
             (_dkdv_consumer, (
                 k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bars, q_ready,
                 do_ready, empty, dk_desc, dv_desc, num_kv_heads, bh, start_n, group, m_lo,
-                n_m, qk_scale, scale, 0, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL,
+                n_m, qk_scale, scale, 0, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, OVERLAP,
             )),
             (_dkdv_consumer, (
                 k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bars, q_ready,
                 do_ready, empty, dk_desc, dv_desc, num_kv_heads, bh, start_n, group, m_lo,
-                n_m, qk_scale, scale, 1, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL,
+                n_m, qk_scale, scale, 1, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, OVERLAP,
             )),
             (_dkdv_producer, (
                 q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc,
@@ -570,14 +615,16 @@ def _red_add(ptrs, values):
 @gluon.jit
 def _fused_step(
     it, m, dq_block, dq_row, dq_desc, dq_smem, k, v, k_smem, q_smem, do_smem, lse_smem,
-    delta_smem, ds_smem, q_ready, do_ready, empty, ds_ready, ds_free, dk, dv, s_init, dq_init,
-    row0, qk_scale,
+    delta_smem, ds_smem, q_ready, do_ready, empty, ds_ready, ds_free, dk, dv, s, s_init,
+    dq_init, row0, qk_scale, n_total,
     WG: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-    SPLIT_COLS: gl.constexpr, DQ_TMA: gl.constexpr,
+    SPLIT_COLS: gl.constexpr, DQ_TMA: gl.constexpr, OVERLAP: gl.constexpr,
 ):  # fmt: skip
     """:func:`_dkdv_step`, plus this query block's dQ contribution: dSᵀ goes to shared
     memory (the MN-major A operand of dS K) and the float32 product is added with vector
-    reductions (:func:`_red_add`) into ``dq_block``, this step's [BLOCK_M, HEAD_DIM] block of the accumulator."""
+    reductions (:func:`_red_add`) into ``dq_block``, this step's [BLOCK_M, HEAD_DIM] block of
+    the accumulator. Returns (dk, dv, s); ``OVERLAP`` (with ``DQ_TMA``) as
+    :func:`_dkdv_step`'s, the next step's Sᵀ issued behind this step's dQ GEMMs."""
     s_layout: gl.constexpr = s_init.type.layout
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dk.type.layout, k_width=2)
     cols_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
@@ -585,12 +632,13 @@ def _fused_step(
     phase = (it // NUM_STAGES) & 1
     q = q_smem.index(slot)
     do = do_smem.index(slot)
-    mbarrier.wait(q_ready.index(slot), phase)
-    s_tok = warpgroup_mma(k, q.permute((1, 0)), s_init, use_acc=False, is_async=True)
+    if not OVERLAP:
+        s_tok = _ring_s(k, q_smem, q_ready, it, s_init, NUM_STAGES)
     mbarrier.wait(do_ready.index(slot), phase)
     dp_tok = warpgroup_mma(v, do.permute((1, 0)), s_init, use_acc=False, is_async=True)
     lse2 = _row(lse_smem.index(slot), BLOCK_M, cols_layout)
-    s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+    if not OVERLAP:
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
     qk = s * qk_scale
     if CAUSAL:
         offset = m * BLOCK_M - row0
@@ -635,7 +683,13 @@ def _fused_step(
                 lo, k_smem.index(0).slice(c0, 32, dim=1), dq_init, use_acc=False, is_async=True
             )
             t0 = warpgroup_mma(hi, k_smem.index(1).slice(c0, 32, dim=1), t0, is_async=True)
-            dv, dk, dq0 = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, t0))
+            if OVERLAP:
+                s_tok = _next_s(k, q_smem, q_ready, it, n_total, s_init, NUM_STAGES)
+                dv, dk, dq0, s = warpgroup_mma_wait(
+                    num_outstanding=0, deps=(dv_tok, dk_tok, t0, s_tok)
+                )
+            else:
+                dv, dk, dq0 = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, t0))
             # The previous step's reductions have read this warpgroup's staging tiles (the
             # thread that issued them waits; the barrier in _release holds the others).
             tma.store_wait(pendings=0)
@@ -655,7 +709,7 @@ def _fused_step(
             _tma_reduce_add(dq_desc, [dq_row, c0], dq_smem.index(own))
             if HALF == 64:
                 _tma_reduce_add(dq_desc, [dq_row, c0 + 32], dq_smem.index(own + 1))
-            return dk, dv
+            return dk, dv, s
         half: gl.constexpr = dq_init.type.shape[1]
         dq_tok = warpgroup_mma(
             lo, k_smem.index(0).slice(WG * half, half, dim=1), dq_init, use_acc=False,
@@ -685,7 +739,7 @@ def _fused_step(
         cols += WG * DQ_N
     ptrs = dq_block + gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
     _red_add(ptrs, dq)
-    return dk, dv
+    return dk, dv, s
 
 
 @gluon.jit
@@ -695,7 +749,7 @@ def _fused_consumer(
     seqlen_pad, num_kv_heads, bh, start_n, group, m_lo, n_m, qk_scale, scale,
     WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, SPLIT_COLS: gl.constexpr,
-    DQ_TMA: gl.constexpr,
+    DQ_TMA: gl.constexpr, OVERLAP: gl.constexpr,
 ):  # fmt: skip
     """Consumer warpgroup ``WG``: dK and dV of key rows ``start_n + WG * 64`` to ``+ 64``,
     and their share of every query block's dQ (see :func:`_fused_step`)."""
@@ -723,14 +777,16 @@ def _fused_consumer(
     v = v_smem.index(WG)
     mbarrier.wait(kv_bars.index(WG), 0)
     n_iter = n_m - m_lo
-    for it in range(group * n_iter):
+    n_total = group * n_iter
+    s = _first_s(k, q_smem, q_ready, n_total, s_init, NUM_STAGES) if OVERLAP else s_init
+    for it in range(n_total):
         m = m_lo + it % n_iter
         rows = (it // n_iter) * seqlen_pad + m * BLOCK_M
-        dk, dv = _fused_step(
+        dk, dv, s = _fused_step(
             it, m, dq_head + rows.to(gl.int64) * HEAD_DIM, head_row + rows, dq_desc, dq_smem,
             k, v, k_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, q_ready, do_ready,
-            empty, ds_ready, ds_free, dk, dv, s_init, dq_init, row0, qk_scale,
-            WG, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, DQ_TMA,
+            empty, ds_ready, ds_free, dk, dv, s, s_init, dq_init, row0, qk_scale, n_total,
+            WG, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, DQ_TMA, OVERLAP,
         )  # fmt: skip
     b = bh // num_kv_heads
     kv_h = bh % num_kv_heads
@@ -750,7 +806,7 @@ def _xrt_attn_bwd_fused_hopper(
     batch_kv_heads, section,
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
     CAUSAL: gl.constexpr, SPLIT_COLS: gl.constexpr, DQ_TMA: gl.constexpr, LPT: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    OVERLAP: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):  # fmt: skip
     """:func:`_xrt_attn_bwd_dkdv_hopper` (same grid, boxes and producer) that also adds each
     block's dQ = dS K, unscaled, into ``DQ_ACC``: a zeroed float32 (batch x heads,
@@ -760,8 +816,10 @@ def _xrt_attn_bwd_fused_hopper(
     ``DQ_TMA`` (with ``SPLIT_COLS``): the products go through shared memory
     and the copy engine's reduce-add (``dq_desc``: the accumulator as a 2-D float32
     (batch x heads x seqlen_pad, HEAD_DIM) tensor in [64, 32] boxes) instead of the
-    consumers' own vector reductions. ``LPT``: the dK/dV kernel's 1-D grid."""
+    consumers' own vector reductions. ``LPT``: the dK/dV kernel's 1-D grid. ``OVERLAP``
+    (with ``DQ_TMA``): each step issues the next one's Sᵀ behind its dQ GEMMs."""
     gl.static_assert(SPLIT_COLS or not DQ_TMA)
+    gl.static_assert(DQ_TMA or not OVERLAP)
     BLOCK_N: gl.constexpr = 2 * WG_ROWS
     gl.static_assert(BLOCK_N % BLOCK_M == 0)
     dtype: gl.constexpr = q_desc.dtype
@@ -814,13 +872,13 @@ def _xrt_attn_bwd_fused_hopper(
                 k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, kv_bars,
                 q_ready, do_ready, empty, ds_ready, ds_free, dk_desc, dv_desc, DQ_ACC, dq_desc,
                 dq_smem, seqlen_pad, num_kv_heads, bh, start_n, group, m_lo, n_m, qk_scale,
-                scale, 0, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, DQ_TMA,
+                scale, 0, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, DQ_TMA, OVERLAP,
             )),
             (_fused_consumer, (
                 k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, kv_bars,
                 q_ready, do_ready, empty, ds_ready, ds_free, dk_desc, dv_desc, DQ_ACC, dq_desc,
                 dq_smem, seqlen_pad, num_kv_heads, bh, start_n, group, m_lo, n_m, qk_scale,
-                scale, 1, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, DQ_TMA,
+                scale, 1, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, DQ_TMA, OVERLAP,
             )),
             (_dkdv_producer, (
                 q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc,

@@ -13,7 +13,8 @@ lse · log2(e) into buffers padded to 128 query rows:
 
 Which runs: the variant named (argument, else ``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT``),
 else the default of the head size and mask, measured on an H200 (``_DEFAULT``: fused at head
-size 64, deterministic at 128, on 1-D longest-first grids at 128 causal);
+size 64, deterministic at 128, on 1-D longest-first grids at 128 causal, with overlapped
+steps on full attention);
 ``deterministic=True`` (the launcher passes ``torch.are_deterministic_algorithms_enabled()``)
 replaces a fused choice by the deterministic default of the head size and mask
 (:func:`choose_variant`).
@@ -26,12 +27,15 @@ the two consumer warpgroups share dSᵀ through shared memory and each adds half
 columns over all 128 keys (one atomic per element and key block), ``k`` when each adds all
 columns over its own 64 keys (two, but no cross-warpgroup barrier); ``t`` (with ``c``) stages
 dQ in shared memory for the copy engine's reduce-add (TMA) instead of the consumers' own
-vector reductions. Deterministic: ``m{query rows per dK/dV step}s{its ring stages}n{key rows
-per dQ step}s{its ring stages}``. A trailing ``_l`` launches the kernels on 1-D grids in L2
-sections, each section's heads interleaved block by block with the longest blocks first (the
-first key blocks, the last query blocks when causal), so the hardware deals the causal
-triangle's long CTAs before its short ones across heads, not head by head (whose sawtooth
-leaves SMs idle at the end); without it, 2-D grids (blocks, batch x heads).
+vector reductions, and ``o`` (with ``t``) issues each step's successor's Sᵀ GEMM behind its
+dQ GEMMs. Deterministic: ``m{query rows per dK/dV step}s{its ring stages}n{key rows
+per dQ step}s{its ring stages}``, with ``o`` after the dK/dV kernel's stages when each of
+its steps issues the next step's Sᵀ GEMM behind its dK GEMM. A trailing ``_l`` launches the
+kernels on 1-D grids in L2 sections, each section's heads interleaved block by block with the
+longest blocks first (the first key blocks, the last query blocks when causal), so the
+hardware deals the causal triangle's long CTAs before its short ones across heads, not head
+by head (whose sawtooth leaves SMs idle at the end); without it, 2-D grids (blocks, batch x
+heads).
 """
 
 from __future__ import annotations
@@ -85,14 +89,16 @@ class FusedVariant:
     tma_dq: bool = False
     #: One CTA per key block on a 1-D grid, longest first (``_l``).
     lpt: bool = False
+    #: Each step issues the next step's Sᵀ GEMM behind its dQ GEMMs (``o``, with ``t``).
+    overlap: bool = False
     consumer_regs: int = 240
     producer_regs: int = 24
 
     @property
     def name(self) -> str:
         split = "c" if self.split_cols else "k"
-        order = "_l" if self.lpt else ""
-        return f"fm{self.block_m}s{self.stages}{split}{'t' if self.tma_dq else ''}{order}"
+        flags = ("t" if self.tma_dq else "") + ("o" if self.overlap else "")
+        return f"fm{self.block_m}s{self.stages}{split}{flags}" + ("_l" if self.lpt else "")
 
 
 @dataclass(frozen=True)
@@ -106,13 +112,15 @@ class BwdVariant:
     dq_stages: int
     #: Both kernels on 1-D grids, longest blocks first (``_l``).
     lpt: bool = False
+    #: The dK/dV step issues the next step's Sᵀ GEMM behind its dK GEMM (``o``).
+    dkdv_overlap: bool = False
     consumer_regs: int = 240
     producer_regs: int = 24
 
     @property
     def name(self) -> str:
-        tiles = f"m{self.dkdv_block_m}s{self.dkdv_stages}n{self.dq_block_n}s{self.dq_stages}"
-        return tiles + ("_l" if self.lpt else "")
+        dkdv = f"m{self.dkdv_block_m}s{self.dkdv_stages}{'o' if self.dkdv_overlap else ''}"
+        return f"{dkdv}n{self.dq_block_n}s{self.dq_stages}" + ("_l" if self.lpt else "")
 
 
 #: Candidates per head size, each kind's full-attention default first (the causal defaults are
@@ -121,12 +129,12 @@ class BwdVariant:
 #: ``k`` steps at head size 128; the fused ``t`` steps at head size 128 spill a few scalars
 #: in the second consumer's loop).
 _FUSED: dict[int, tuple[str, ...]] = {
-    64: ("fm64s2ct", "fm64s2c", "fm64s2ct_l"),
+    64: ("fm64s2cto", "fm64s2ct", "fm64s2c", "fm64s2ct_l"),
     128: ("fm64s3ct", "fm64s3c"),
 }
 _DETERMINISTIC: dict[int, tuple[str, ...]] = {
-    64: ("m64s2n64s2", "m64s2n128s2", "m64s3n64s3", "m64s2n64s2_l"),
-    128: ("m64s2n64s2", "m64s2n128s2", "m64s3n64s3", "m64s2n64s2_l"),
+    64: ("m64s3on64s3", "m64s2n64s2", "m64s2n128s2", "m64s3n64s3", "m64s2n64s2_l"),
+    128: ("m64s3on64s3", "m64s2n64s2", "m64s2n128s2", "m64s3n64s3", "m64s2n64s2_l"),
 }
 #: What runs when neither a variant is named nor determinism asked for, by (head size,
 #: causal): the faster of the two kinds on an H200 (``scripts/hopper_attention_bwd_check.py
@@ -137,18 +145,24 @@ _DETERMINISTIC: dict[int, tuple[str, ...]] = {
 #: grids' speed at S 2048-16384 (0.97/0.94/0.94/0.89x cuDNN against 0.91/0.91/0.91/0.88x),
 #: where full attention lost 0-3 % (its CTAs have equal work, and the 2-D order keeps a
 #: head's CTAs together in L2); at head size 64 causal they tied within 2 %, fused or not.
+#: The dK/dV kernel's overlapped steps (``o``) won on full attention: 1.03-1.07x the plain
+#: steps' speed at head size 128 (0.97/0.94/0.93/0.90x cuDNN against 0.91/0.90/0.89/0.87x)
+#: and 1.02-1.05x at 64 (deterministic path); with causal masking they lost 2-7 % on the 1-D
+#: grids and tied on the 2-D ones, so the causal defaults keep the plain steps. The fused
+#: kernel's overlapped steps (``fm64s2cto``) at head size 64: 1.03-1.04x cuDNN on full
+#: attention against 0.96-0.99x (1.04-1.09x the plain steps' speed), a tie with causal masking.
 _DEFAULT: dict[tuple[int, bool], str] = {
-    (64, False): "fm64s2ct",
+    (64, False): "fm64s2cto",
     (64, True): "fm64s2ct",
-    (128, False): "m64s2n64s2",
+    (128, False): "m64s3on64s3",
     (128, True): "m64s2n64s2_l",
 }
 #: The deterministic path's default, by (head size, causal): what runs in a fused default's
 #: place under ``deterministic``.
 _DETERMINISTIC_DEFAULT: dict[tuple[int, bool], str] = {
-    (64, False): "m64s2n64s2",
+    (64, False): "m64s3on64s3",
     (64, True): "m64s2n64s2",
-    (128, False): "m64s2n64s2",
+    (128, False): "m64s3on64s3",
     (128, True): "m64s2n64s2_l",
 }
 HEAD_DIMS = tuple(_FUSED)
@@ -162,29 +176,43 @@ def variant_names(head_dim: int) -> tuple[str, ...]:
 
 def parse_variant(name: str) -> FusedVariant | BwdVariant:
     """``fm64s2ct`` -> FusedVariant(64, 2, True, True); ``m64s2n64s2`` -> BwdVariant(64, 2, 64, 2)."""
-    fused = re.fullmatch(r"fm(\d+)s(\d+)([ck])(t?)(_l)?", name.strip())
+    fused = re.fullmatch(r"fm(\d+)s(\d+)([ck])(t?)(o?)(_l)?", name.strip())
     if fused is not None:
         rows, stages = int(fused.group(1)), int(fused.group(2))
-        split, tma_dq = fused.group(3) == "c", fused.group(4) == "t"
-        if rows != 64 or stages not in (2, 3, 4) or (tma_dq and not split):
+        split, tma_dq, overlap = fused.group(3) == "c", fused.group(4) == "t", fused.group(5) == "o"
+        if (
+            rows != 64
+            or stages not in (2, 3, 4)
+            or (tma_dq and not split)
+            or (overlap and not tma_dq)
+        ):
             raise InvalidArgumentError(
                 f"hopper attention backward variant {name!r}: fused steps of 64 rows, stages "
-                "2-4, t (dQ by the copy engine) only with c"
+                "2-4, t (dQ by the copy engine) only with c, o (overlapped steps) only with t"
             )
-        return FusedVariant(rows, stages, split, tma_dq, lpt=fused.group(5) is not None)
-    match = re.fullmatch(r"m(\d+)s(\d+)n(\d+)s(\d+)(_l)?", name.strip())
+        return FusedVariant(
+            rows, stages, split, tma_dq, lpt=fused.group(6) is not None, overlap=overlap
+        )
+    match = re.fullmatch(r"m(\d+)s(\d+)(o?)n(\d+)s(\d+)(_l)?", name.strip())
     if match is None:
         raise InvalidArgumentError(
             f"hopper attention backward variant {name!r} is neither fused "
-            "(fm<query rows>s<stages><c|k>[t][_l]) nor deterministic "
-            "(m<query rows>s<stages>n<key rows>s<stages>[_l])"
+            "(fm<query rows>s<stages><c|k>[t][o][_l]) nor deterministic "
+            "(m<query rows>s<stages>[o]n<key rows>s<stages>[_l])"
         )
-    rows, row_stages, keys, key_stages = (int(match.group(i)) for i in (1, 2, 3, 4))
+    rows, row_stages, keys, key_stages = (int(match.group(i)) for i in (1, 2, 4, 5))
     if rows not in (64, 128) or keys not in (64, 128) or not {row_stages, key_stages} <= {2, 3, 4}:
         raise InvalidArgumentError(
             f"hopper attention backward variant {name!r}: rows 64/128, stages 2-4"
         )
-    return BwdVariant(rows, row_stages, keys, key_stages, lpt=match.group(5) is not None)
+    return BwdVariant(
+        rows,
+        row_stages,
+        keys,
+        key_stages,
+        lpt=match.group(6) is not None,
+        dkdv_overlap=match.group(3) == "o",
+    )
 
 
 def choose_variant(
@@ -295,8 +323,9 @@ def hopper_attention_backward(
         )
         _launch_prep(out, grad_out, lse.contiguous(), lse2, delta)
         if isinstance(config, FusedVariant) and batch * heads * seqlen_pad >= 2**31:
-            # The reduce-add's row coordinate is 32-bit: the vector reductions take over.
-            config = dataclasses.replace(config, tma_dq=False)
+            # The reduce-add's row coordinate is 32-bit: the vector reductions take over
+            # (without the overlapped steps, which are written for the reduce-add's).
+            config = dataclasses.replace(config, tma_dq=False, overlap=False)
         if isinstance(config, FusedVariant):
             dq_acc = torch.zeros(
                 (batch * heads, seqlen_pad, head_dim), dtype=torch.float32, device=q.device
@@ -420,6 +449,7 @@ def _launch_dkdv(
         "NUM_STAGES": config.dkdv_stages,
         "CAUSAL": causal,
         "LPT": config.lpt,
+        "OVERLAP": config.dkdv_overlap,
         "CONSUMER_REGS": config.consumer_regs,
         "PRODUCER_REGS": config.producer_regs,
     }
@@ -473,6 +503,7 @@ def _launch_fused(
         "SPLIT_COLS": config.split_cols,
         "DQ_TMA": config.tma_dq,
         "LPT": config.lpt,
+        "OVERLAP": config.overlap,
         "CONSUMER_REGS": config.consumer_regs,
         "PRODUCER_REGS": config.producer_regs,
     }
