@@ -1,8 +1,8 @@
 """GPU check of the Gluon Hopper attention backward: accuracy against float32, speed against cuDNN.
 
     python3 hopper_attention_bwd_check.py [--set all|grid|odd|quick] [--only 0,3]
-        [--variants all|fm64s3c,m64s2n64s2,...] [--triton] [--out results.json]
-        [--timeout 600] [--in-process]
+        [--variants all|fm64s3c,m64s2n64s2,...] [--triton] [--cudnn-forward]
+        [--out results.json] [--timeout 600] [--in-process]
 
 For every configuration (head size 64/128, S 2048-16384 with batch * S = 16384 tokens and
 heads = 2048 / head size, causal and full, bfloat16, plus odd cases: S not a multiple of
@@ -13,9 +13,9 @@ heads = 2048 / head size, causal and full, bfloat16, plus odd cases: S not a mul
    fused one (atomic dQ) and the deterministic one, each at its head size's default variant;
 2. checks dq, dk and dv against a float32 autograd reference (upcast inputs, softmax
    attention in chunks of query rows; batch 0, the first and last key/value heads with all
-   their query heads) and prints the maximum absolute errors next to cuDNN's backward (SDPA,
-   autograd) on the same inputs (and the Triton backward's, ``launch.backward``, with
-   ``--triton``);
+   their query heads) and prints the maximum absolute and the relative Frobenius errors next
+   to cuDNN's backward (SDPA, autograd) on the same inputs (and the Triton backward's,
+   ``launch.backward``, with ``--triton``);
 3. times the backwards alone (``triton.testing.do_bench`` medians, rounds interleaved):
    ours, cuDNN's backward op (``aten._scaled_dot_product_cudnn_attention_backward`` called
    directly; if that call is refused, cuDNN's forward + backward minus its forward), and
@@ -105,21 +105,37 @@ def _reference(q: Any, k: Any, v: Any, do: Any, causal: bool, scale: float, kv_h
     return grads
 
 
-def _errors(grads: dict, dq: Any, dk: Any, dv: Any) -> tuple[float, float, float]:
-    """Max |error| of dq, dk, dv (batch 0) against the reference's heads."""
-    e_dq = e_dk = e_dv = 0.0
+def _errors(grads: dict, dq: Any, dk: Any, dv: Any) -> dict[str, tuple[float, float, float]]:
+    """Errors of dq, dk, dv (batch 0) against the reference's heads: ``max``, the largest
+    absolute error, and ``rel``, the relative Frobenius (root-mean-square) error, ‖ours −
+    reference‖ / ‖reference‖ over the same elements. The maximum is one element's rounding
+    luck; the relative error weighs every element, so two backwards' accuracy compares on it."""
+    worst = {"dq": 0.0, "dk": 0.0, "dv": 0.0}
+    sq_err = {"dq": 0.0, "dk": 0.0, "dv": 0.0}
+    sq_ref = {"dq": 0.0, "dk": 0.0, "dv": 0.0}
+
+    def add(name: str, ours: Any, ref: Any) -> None:
+        diff = ours.float() - ref
+        worst[name] = max(worst[name], diff.abs().max().item())
+        sq_err[name] += diff.square().sum().item()
+        sq_ref[name] += ref.square().sum().item()
+
     for kvh, (rdk, rdv, rdqs) in grads.items():
-        e_dk = max(e_dk, (dk[0, kvh].float() - rdk).abs().max().item())
-        e_dv = max(e_dv, (dv[0, kvh].float() - rdv).abs().max().item())
+        add("dk", dk[0, kvh], rdk)
+        add("dv", dv[0, kvh], rdv)
         for h, rdq in rdqs.items():
-            e_dq = max(e_dq, (dq[0, h].float() - rdq).abs().max().item())
-    return e_dq, e_dk, e_dv
+            add("dq", dq[0, h], rdq)
+    names = ("dq", "dk", "dv")
+    rel = tuple((sq_err[n] / sq_ref[n]) ** 0.5 if sq_ref[n] else 0.0 for n in names)
+    return {"max": tuple(worst[n] for n in names), "rel": rel}  # type: ignore[dict-item]
 
 
-def _fmt(errors: tuple[float, float, float] | None) -> str:
+def _fmt(errors: dict[str, tuple[float, float, float]] | None) -> str:
     if errors is None:
         return "n/a"
-    return "dq {:.2e} dk {:.2e} dv {:.2e}".format(*errors)
+    return "max dq {:.2e} dk {:.2e} dv {:.2e}".format(*errors["max"]) + (
+        " rel dq {:.2e} dk {:.2e} dv {:.2e}".format(*errors["rel"])
+    )
 
 
 def _cudnn(q: Any, k: Any, v: Any, do: Any, causal: bool, scale: float) -> dict[str, Any]:
@@ -195,8 +211,26 @@ def _default_variants(head_dim: int, causal: bool) -> list[str]:
     return list(dict.fromkeys(names))  # one name when the default is deterministic
 
 
-def run_one(c: Config, variants: list[str], with_triton: bool, rounds: int) -> dict[str, Any]:
-    """Check and time (``rounds`` > 0) one configuration; returns its figures (also printed)."""
+def _cudnn_forward(q: Any, k: Any, v: Any, causal: bool, scale: float) -> tuple[Any, Any]:
+    """cuDNN's forward output and natural-log log-sum-exp, (batch, heads, seqlen_q), for our
+    backward to run on (``--cudnn-forward``: separates the forward's share of the errors)."""
+    import torch
+
+    group = q.shape[1] // k.shape[1]
+    kx = k.repeat_interleave(group, dim=1) if group > 1 else k
+    vx = v.repeat_interleave(group, dim=1) if group > 1 else v
+    out, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(
+        q, kx, vx, None, True, 0.0, causal, False, scale=scale
+    )[:2]
+    return out, lse.reshape(q.shape[:3]).contiguous()
+
+
+def run_one(
+    c: Config, variants: list[str], with_triton: bool, rounds: int, cudnn_forward: bool = False
+) -> dict[str, Any]:
+    """Check and time (``rounds`` > 0) one configuration; returns its figures (also printed).
+    ``cudnn_forward``: each variant is also checked (not timed) on cuDNN's forward output and
+    log-sum-exp, reported as ``<variant> on cuDNN fwd``."""
     import torch
     import triton
 
@@ -245,6 +279,15 @@ def run_one(c: Config, variants: list[str], with_triton: bool, rounds: int) -> d
             )
         except Exception as error:  # report the variant's failure, keep the others
             result["failed"][name] = f"{type(error).__name__}: {str(error)[:300]}"
+        if cudnn_forward:
+            try:
+                c_out, c_lse = _cudnn_forward(q, k, v, causal, scale)
+                grads_c = hopper_bwd.hopper_attention_backward(
+                    do, q, k, v, c_out, c_lse, causal=causal, scale=scale, variant=name
+                )
+                result["errors"][f"{name} on cuDNN fwd"] = _errors(grads, *grads_c)
+            except Exception as error:  # a diagnostic: report and go on
+                result["failed"][f"{name} on cuDNN fwd"] = f"{type(error).__name__}: {error!s:.200}"
 
     if "backward" in cudnn:
         timed["cuDNN"] = cudnn["backward"]
@@ -288,13 +331,21 @@ def _variants(spec: str, head_dim: int, causal: bool) -> list[str]:
 
 def _table(results: list[dict[str, Any]]) -> None:
     """One line per configuration: each backward's time and ratio to cuDNN, errors."""
-    print("\nsummary (ms; x = cuDNN time / ours, above 1 is faster than cuDNN; max |err| dq/dk/dv)")
+    print(
+        "\nsummary (ms; x = cuDNN time / ours, above 1 is faster than cuDNN; errors dq/dk/dv: "
+        "max |err|, then relative Frobenius)"
+    )
     for r in results:
         cells = []
         for name, ms in r.get("ms", {}).items():
             ratio = f" {r['vs_cudnn'][name]:.2f}x" if name in r.get("vs_cudnn", {}) else ""
             cells.append(f"{name} {ms:.3f}{ratio}")
-        worst = {n: "/".join(f"{e:.1e}" for e in errs) for n, errs in r.get("errors", {}).items()}
+        worst = {
+            n: "/".join(f"{e:.1e}" for e in errs["max"])
+            + " rel "
+            + "/".join(f"{e:.2e}" for e in errs["rel"])
+            for n, errs in r.get("errors", {}).items()
+        }
         fails = "; ".join(f"{n} FAILED" for n in r.get("failed", {}))
         print(f"{fwd_check._describe(r['config'])}: {' | '.join(cells)} {fails}")
         print(f"    err {', '.join(f'{n} {e}' for n, e in worst.items())}")
@@ -323,6 +374,11 @@ def main() -> int:
     )
     parser.add_argument("--triton", action="store_true", help="also check and time xrt_flash's")
     parser.add_argument(
+        "--cudnn-forward",
+        action="store_true",
+        help="also check each variant on cuDNN's forward output and log-sum-exp",
+    )
+    parser.add_argument(
         "--rounds", type=int, default=3, help="timing rounds (0: check accuracy only)"
     )
     parser.add_argument("--out", help="write the figures of every configuration here (JSON)")
@@ -336,7 +392,7 @@ def main() -> int:
     if args.one:
         config = json.loads(args.one)
         variants = _variants(args.variants, config["head_dim"], config["causal"])
-        result = run_one(config, variants, args.triton, args.rounds)
+        result = run_one(config, variants, args.triton, args.rounds, args.cudnn_forward)
         print(_RESULT + json.dumps(result), flush=True)
         return 0
 
@@ -357,7 +413,9 @@ def main() -> int:
         if args.in_process:
             try:
                 variants = _variants(args.variants, config["head_dim"], config["causal"])
-                results.append(run_one(config, variants, args.triton, args.rounds))
+                results.append(
+                    run_one(config, variants, args.triton, args.rounds, args.cudnn_forward)
+                )
                 _save(args.out, results)  # as it goes: a run cut short keeps what it measured
             except Exception as error:  # one configuration's failure must not end the run
                 failures += 1
@@ -366,6 +424,7 @@ def main() -> int:
         command = [sys.executable, __file__, "--one", json.dumps(config)]
         command += ["--variants", args.variants, "--rounds", str(args.rounds)]
         command += ["--triton"] if args.triton else []
+        command += ["--cudnn-forward"] if args.cudnn_forward else []
         try:
             done = subprocess.run(command, timeout=args.timeout, text=True, capture_output=True)
         except subprocess.TimeoutExpired as expired:
