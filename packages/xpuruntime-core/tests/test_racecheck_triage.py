@@ -58,15 +58,21 @@ def test_the_handoff_is_known_and_anything_else_is_new(
     triage = _triage()
     define, specialise = _lines(triage, file, kernel)
     known = _report(kernel, file, ("Read", define), ("Write", define), ("Write", specialise))
+    # The same pair the other way round: a state write first, against the entry reads.
+    reversed_ = _report(kernel, file, ("Write", define), ("Read", define), ("Read", define))
     log = tmp_path / "racecheck.log"
-    log.write_text("========= COMPUTE-SANITIZER\n" + known + SUMMARY)
+    log.write_text("========= COMPUTE-SANITIZER\n" + known + reversed_ + SUMMARY)
     assert triage.main([str(log)]) == 0
-    assert "1 reports, 1 the warp-specialisation hand-off, 0 new" in capsys.readouterr().out
-    # A write elsewhere in the kernel (our code), or a read-read pair, is new.
+    assert "2 reports, 2 the warp-specialisation hand-off, 0 new" in capsys.readouterr().out
+    # A write elsewhere in the kernel (our code), a write-write pair, a read elsewhere, or a
+    # write first against a read elsewhere or against another write, is new.
     for other in (
         _report(kernel, file, ("Read", define), ("Write", define), ("Write", define + 40)),
         _report(kernel, file, ("Write", define), ("Write", specialise)),
         _report(kernel, file, ("Read", define + 1), ("Write", define)),
+        _report(kernel, file, ("Write", define), ("Read", define), ("Read", define + 40)),
+        _report(kernel, file, ("Write", define + 40), ("Read", define)),
+        _report(kernel, file, ("Write", specialise), ("Read", define), ("Write", define)),
     ):
         log.write_text(known + other + SUMMARY)
         assert triage.main([str(log)]) == 1
