@@ -624,7 +624,8 @@ def _fused_step(
     memory (the MN-major A operand of dS K) and the float32 product is added with vector
     reductions (:func:`_red_add`) into ``dq_block``, this step's [BLOCK_M, HEAD_DIM] block of
     the accumulator. Returns (dk, dv, s); ``OVERLAP`` (with ``DQ_TMA``) as
-    :func:`_dkdv_step`'s, the next step's Sᵀ issued behind this step's dQ GEMMs."""
+    :func:`_dkdv_step`'s, the next step's Sᵀ issued behind this step's (first 32 columns'
+    of) dQ GEMMs."""
     s_layout: gl.constexpr = s_init.type.layout
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dk.type.layout, k_width=2)
     cols_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
@@ -793,6 +794,14 @@ def _fused_consumer(
     v.store(dv.to(dtype))
     fence_async_shared()
     tma.async_copy_shared_to_global(dv_desc, [b, kv_h, row0, 0], _box(v, dv_desc))
+    if SPLIT_COLS:  # noqa: SIM102 (a compile-time branch around a run-time one)
+        # The other warpgroup's dQ GEMMs read these K rows too: its last ones must be done
+        # before dK overwrites them. Both warpgroups arrive on the last step's ds_free once
+        # their dQ GEMMs have completed; this is the wait a step two further on would make
+        # before rewriting that dS buffer (_fused_step: parity use ^ 1 of that step).
+        if n_total > 0:
+            last = n_total - 1
+            mbarrier.wait(ds_free.index(last % 2), (last // 2) & 1)
     k.store((dk * scale).to(dtype))
     fence_async_shared()
     tma.async_copy_shared_to_global(dk_desc, [b, kv_h, row0, 0], _box(k, dk_desc))
