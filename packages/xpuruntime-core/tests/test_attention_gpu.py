@@ -327,6 +327,9 @@ def test_hopper_backward_longest_first_grids_give_the_2d_grids_gradients(
         pytest.param(2, 700, 1000, 128, id="gqa-short-q"),
         # One key block and one query block short of a full tile; head size 64.
         pytest.param(4, 1000, 100, 64, id="long-q"),
+        # One step per warpgroup (one query block of 64 rows, no GQA): the first step's Sᵀ
+        # and the last step's recomputed one are the same ring slot.
+        pytest.param(4, 64, 64, 64, id="one-step"),
     ],
 )
 def test_hopper_backward_overlapped_steps_give_the_same_gradients(

@@ -28,7 +28,7 @@ columns over all 128 keys (one atomic per element and key block), ``k`` when eac
 columns over its own 64 keys (two, but no cross-warpgroup barrier); ``t`` (with ``c``) stages
 dQ in shared memory for the copy engine's reduce-add (TMA) instead of the consumers' own
 vector reductions, and ``o`` (with ``t``) issues each step's successor's Sᵀ GEMM behind its
-dQ GEMMs. Deterministic: ``m{query rows per dK/dV step}s{its ring stages}n{key rows
+(first) dQ GEMMs. Deterministic: ``m{query rows per dK/dV step}s{its ring stages}n{key rows
 per dQ step}s{its ring stages}``, with ``o`` after the dK/dV kernel's stages when each of
 its steps issues the next step's Sᵀ GEMM behind its dK GEMM. A trailing ``_l`` launches the
 kernels on 1-D grids in L2 sections, each section's heads interleaved block by block with the
@@ -145,10 +145,12 @@ _DETERMINISTIC: dict[int, tuple[str, ...]] = {
 #: grids' speed at S 2048-16384 (0.97/0.94/0.94/0.89x cuDNN against 0.91/0.91/0.91/0.88x),
 #: where full attention lost 0-3 % (its CTAs have equal work, and the 2-D order keeps a
 #: head's CTAs together in L2); at head size 64 causal they tied within 2 %, fused or not.
-#: The dK/dV kernel's overlapped steps (``o``) won on full attention: 1.03-1.07x the plain
-#: steps' speed at head size 128 (0.97/0.94/0.93/0.90x cuDNN against 0.91/0.90/0.89/0.87x)
-#: and 1.02-1.05x at 64 (deterministic path); with causal masking they lost 2-7 % on the 1-D
-#: grids and tied on the 2-D ones, so the causal defaults keep the plain steps. The fused
+#: The dK/dV kernel's overlapped steps (``o``) won on full attention: at head size 128
+#: ``m64s3on64s3`` ran 0.97/0.94/0.93/0.90x cuDNN against 0.91/0.90/0.89/0.87x for
+#: ``m64s2n64s2`` (in the same run the third stage alone gave 0.91/0.91/0.89/0.89x, the
+#: overlap alone 0.94/0.93/0.93/0.91x), and 1.02-1.06x the plain steps' speed at 64
+#: (deterministic path); with causal masking ``m64s3on64s3_l`` lost 3-4 % to
+#: ``m64s2n64s2_l`` and the 2-D grids tied, so the causal defaults keep the plain steps. The fused
 #: kernel's overlapped steps (``fm64s2cto``) at head size 64: 1.03-1.04x cuDNN on full
 #: attention against 0.96-0.99x (1.04-1.09x the plain steps' speed), a tie with causal masking.
 _DEFAULT: dict[tuple[int, bool], str] = {
