@@ -77,7 +77,7 @@ def compile_one(
         fn = kernels._xrt_attn_bwd_dq_convert_hopper
         signature = {"DQ_ACC": "*fp32", "DQ": f"*{dtype}"}
         signature |= {name: "i32" for name in ("stride_b", "stride_h", "stride_s")}
-        signature |= {"seqlen_q": "i32", "seqlen_pad": "i32", "num_heads": "i32", "scale": "fp32"}
+        signature |= {"seqlen_q": "i32", "seqlen_pad": "i32", "num_heads": "i32"}
         constexprs = {"HEAD_DIM": head_dim, "BLOCK": 32}
         tag = "b32"
     elif kernel == "dq":
@@ -96,7 +96,7 @@ def compile_one(
         signature |= {"DELTA": "*fp32"}
         for name in ("ob", "oh", "os", "dob", "doh", "dos"):
             signature[f"stride_{name}"] = "i32"
-        signature |= {"seqlen_q": "i32", "seqlen_pad": "i32", "num_heads": "i32"}
+        signature |= {"seqlen_q": "i32", "seqlen_pad": "i32", "num_heads": "i32", "scale": "fp32"}
         constexprs = {"HEAD_DIM": head_dim, "BLOCK": 64}
         tag = "b64"
     for key in constexprs:

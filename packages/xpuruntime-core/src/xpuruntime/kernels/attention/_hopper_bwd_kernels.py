@@ -15,11 +15,13 @@ consume them (no shared-memory round trip).
   and dV in registers, and streams the query and output-gradient tiles of every query head
   of its group (grouped-query attention sums dK and dV over the group here, so no atomics):
   Sᵀ = K Qᵀ, Pᵀ = exp2(Sᵀ · qk_scale − lse₂), dV += Pᵀ dO, dPᵀ = V dOᵀ,
-  dSᵀ = Pᵀ ∘ (dPᵀ − delta), dK += dSᵀ Q. Causal: query blocks wholly before the key block
-  are never loaded; only those that cross its diagonal are masked.
+  dSᵀ = Pᵀ ∘ (dPᵀ · scale − delta), dK += dSᵀ Q (delta scaled, below). Causal: query
+  blocks wholly before the key block are never loaded; only those that cross its diagonal
+  are masked.
 - ``_xrt_attn_bwd_dq_hopper``: one CTA per 128 query rows of one query head (64 per
-  consumer), streaming key and value tiles: S = Q Kᵀ, dP = dO Vᵀ, dS = P ∘ (dP − delta),
-  dQ += dS K. Causal: key blocks past the query block are never loaded.
+  consumer), streaming key and value tiles: S = Q Kᵀ, dP = dO Vᵀ,
+  dS = P ∘ (dP · scale − delta), dQ += dS K. Causal: key blocks past the query block are
+  never loaded.
 
 Recomputing S and dP for dQ costs two GEMMs more than FlashAttention-3's atomic dQ, and buys
 deterministic results.
@@ -32,17 +34,23 @@ deterministic results.
   half of K's columns; the float32 product goes either through shared memory to the copy
   engine's reduce-add into the accumulator (``DQ_TMA``, :func:`_tma_reduce_add`) or straight
   from registers as ``red.global.add.v2.f32`` (:func:`_red_add`). The order of the additions
-  is not fixed: dQ is not bitwise reproducible. ``_xrt_attn_bwd_dq_convert_hopper`` scales
+  is not fixed: dQ is not bitwise reproducible. ``_xrt_attn_bwd_dq_convert_hopper`` converts
   the accumulator into dQ.
 
-Numerics follow :mod:`._kernels` exactly: ``qk_scale = scale * log2(e)``, the forward's
+Numerics follow :mod:`._kernels`: ``qk_scale = scale * log2(e)``, the forward's
 natural-log log-sum-exp used as ``lse * log2(e)``, ``delta = rowsum(dO ∘ O)`` in float32,
-float32 accumulation, dK and dQ scaled by ``scale`` at the end, causal masking top-left
-aligned. A first small kernel (``_xrt_attn_bwd_prep_hopper``) writes ``lse * log2(e)`` and
-delta into float32 (batch x heads, seqlen_pad) buffers padded to 128 rows, so that the dK/dV
-producer can bring each query block's values in by TMA with its Q and dO tiles (the consumers
-read them from shared memory when they need them, instead of holding 2 x 16 registers a thread
-through the GEMMs). Padded rows hold lse₂ = +inf and delta = 0: their probabilities are
+float32 accumulation, causal masking top-left aligned; but dS is scaled by ``scale`` before
+its 16-bit rounding (``_kernels`` scales dK and dQ at the end), computed as
+P ∘ (dP · scale − delta · scale), one fused multiply-add where the unscaled form had a
+subtraction. Where ``scale`` is a power of two (head size 64) both orders round alike; at
+head size 128 rounding the scaled dS brought dQ's and dK's errors against a float32
+reference to cuDNN's (causal S 4096 on an H200: 2.44e-3 / 2.43e-3 relative before,
+2.41e-3 / 2.38e-3 after, cuDNN 2.41e-3 / 2.38e-3; docs/attention.md). A first small kernel
+(``_xrt_attn_bwd_prep_hopper``) writes ``lse * log2(e)`` and ``delta * scale`` into float32
+(batch x heads, seqlen_pad) buffers padded to 128 rows, so that the dK/dV producer can bring
+each query block's values in by TMA with its Q and dO tiles (the consumers read them from
+shared memory when they need them, instead of holding 2 x 16 registers a thread through the
+GEMMs). Padded rows hold lse₂ = +inf and delta = 0: their probabilities are
 exactly 0 (TMA also fills their Q and dO rows with zeros). Key rows past ``seqlen_k`` are
 zeros too and their dK and dV rows are clipped by the TMA store.
 """
@@ -98,11 +106,13 @@ def _block_and_head(num_blocks, batch_heads, section, LPT: gl.constexpr):
 def _xrt_attn_bwd_prep_hopper(
     OUT, DO, LSE, LSE2, DELTA,
     stride_ob, stride_oh, stride_os, stride_dob, stride_doh, stride_dos,
-    seqlen_q, seqlen_pad, num_heads,
+    seqlen_q, seqlen_pad, num_heads, scale,
     HEAD_DIM: gl.constexpr, BLOCK: gl.constexpr,
 ):  # fmt: skip
-    """delta = rowsum(dO ∘ O) and lse₂ = lse · log2(e) of BLOCK query rows, into float32
-    (batch x heads, seqlen_pad) buffers; rows past ``seqlen_q`` get delta 0 and lse₂ +inf.
+    """delta = scale · rowsum(dO ∘ O) and lse₂ = lse · log2(e) of BLOCK query rows, into
+    float32 (batch x heads, seqlen_pad) buffers; rows past ``seqlen_q`` get delta 0 and lse₂
+    +inf. (delta comes scaled so that the consumers' scaled dS = P ∘ (dP · scale − delta)
+    costs a fused multiply-add where the unscaled one cost a subtraction.)
     ``LSE`` is the forward's contiguous (batch, heads, seqlen_q). Grid (seqlen_pad / BLOCK,
     batch x heads), num_warps=4."""
     COL_THREADS: gl.constexpr = HEAD_DIM // 8
@@ -125,7 +135,7 @@ def _xrt_attn_bwd_prep_hopper(
     delta = gl.sum(o * do, axis=1)
     lse = gl.load(LSE + bh.to(gl.int64) * seqlen_q + rows, mask=inside, other=float("inf"))
     padded = bh.to(gl.int64) * seqlen_pad + rows
-    gl.store(DELTA + padded, delta)
+    gl.store(DELTA + padded, delta * scale)
     gl.store(LSE2 + padded, lse * LOG2E)
 
 
@@ -172,7 +182,7 @@ def _next_s(k, q_smem, q_ready, it, n_total, s_init, NUM_STAGES: gl.constexpr):
 @gluon.jit
 def _dkdv_step(
     it, n_total, m, k, v, q_smem, do_smem, lse_smem, delta_smem, q_ready, do_ready, empty,
-    dk, dv, s, s_init, row0, qk_scale,
+    dk, dv, s, s_init, row0, qk_scale, scale,
     BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
     OVERLAP: gl.constexpr,
 ):  # fmt: skip
@@ -215,7 +225,7 @@ def _dkdv_step(
     dv_tok = warpgroup_mma(p_a, do, dv, is_async=True)
     delta = _row(delta_smem.index(slot), BLOCK_M, cols_layout)
     dp = warpgroup_mma_wait(num_outstanding=1, deps=(dp_tok,))
-    ds = p * (dp - gl.expand_dims(delta, 0))
+    ds = p * (dp * scale - gl.expand_dims(delta, 0))
     ds_a = gl.convert_layout(ds.to(q.dtype), a_layout)
     dk_tok = warpgroup_mma(ds_a, q, dk, is_async=True)
     if OVERLAP:
@@ -260,7 +270,8 @@ def _dkdv_consumer(
         m = m_lo + it % n_iter
         dk, dv, s = _dkdv_step(
             it, n_total, m, k, v, q_smem, do_smem, lse_smem, delta_smem, q_ready, do_ready,
-            empty, dk, dv, s, s_init, row0, qk_scale, BLOCK_M, NUM_STAGES, CAUSAL, OVERLAP,
+            empty, dk, dv, s, s_init, row0, qk_scale, scale, BLOCK_M, NUM_STAGES, CAUSAL,
+            OVERLAP,
         )  # fmt: skip
     # This warpgroup's K and V rows are free now (its last wgmma completed): stage the
     # gradients there. Rows past seqlen_k are clipped by the store. The coordinates are
@@ -270,7 +281,7 @@ def _dkdv_consumer(
     v.store(dv.to(dtype))
     fence_async_shared()
     tma.async_copy_shared_to_global(dv_desc, [b, kv_h, row0, 0], _box(v, dv_desc))
-    k.store((dk * scale).to(dtype))
+    k.store(dk.to(dtype))
     fence_async_shared()
     tma.async_copy_shared_to_global(dk_desc, [b, kv_h, row0, 0], _box(k, dk_desc))
     tma.store_wait(pendings=0)
@@ -400,7 +411,7 @@ def _xrt_attn_bwd_dkdv_hopper(
 @gluon.jit
 def _dq_blocks(
     lo, hi, q, do, k_smem, v_smem, k_ready, v_ready, empty, dq, lse2, delta, rows,
-    seqlen_k, qk_scale,
+    seqlen_k, qk_scale, scale,
     BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASKED: gl.constexpr,
 ):  # fmt: skip
     """Key blocks ``lo`` to ``hi`` against this warpgroup's 64 query rows."""
@@ -427,7 +438,7 @@ def _dq_blocks(
             qk = gl.where(keep, qk, float("-inf"))
         p = gl.exp2(qk - gl.expand_dims(lse2, 1))
         dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok,))
-        ds = p * (dp - gl.expand_dims(delta, 1))
+        ds = p * (dp * scale - gl.expand_dims(delta, 1))
         ds_a = gl.convert_layout(ds.to(q.dtype), a_layout)
         dq_tok = warpgroup_mma(ds_a, k, dq, is_async=True)
         dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok,))
@@ -462,14 +473,14 @@ def _dq_consumer(
     mbarrier.wait(q_bars.index(WG), 0)
     dq = _dq_blocks(
         0, n_full, q, do, k_smem, v_smem, k_ready, v_ready, empty, dq, lse2, delta, rows,
-        seqlen_k, qk_scale, BLOCK_N, NUM_STAGES, CAUSAL, False,
+        seqlen_k, qk_scale, scale, BLOCK_N, NUM_STAGES, CAUSAL, False,
     )  # fmt: skip
     dq = _dq_blocks(
         n_full, n_blocks, q, do, k_smem, v_smem, k_ready, v_ready, empty, dq, lse2, delta, rows,
-        seqlen_k, qk_scale, BLOCK_N, NUM_STAGES, CAUSAL, True,
+        seqlen_k, qk_scale, scale, BLOCK_N, NUM_STAGES, CAUSAL, True,
     )  # fmt: skip
     # The query tile is free now (its last wgmma completed): stage dQ there.
-    q.store((dq * scale).to(dtype))
+    q.store(dq.to(dtype))
     fence_async_shared()
     tma.async_copy_shared_to_global(dq_desc, [b, h, row0, 0], _box(q, dq_desc))
     tma.store_wait(pendings=0)
@@ -616,7 +627,7 @@ def _red_add(ptrs, values):
 def _fused_step(
     it, m, dq_block, dq_row, dq_desc, dq_smem, k, v, k_smem, q_smem, do_smem, lse_smem,
     delta_smem, ds_smem, q_ready, do_ready, empty, ds_ready, ds_free, dk, dv, s, s_init,
-    dq_init, row0, qk_scale, n_total,
+    dq_init, row0, qk_scale, scale, n_total,
     WG: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
     SPLIT_COLS: gl.constexpr, DQ_TMA: gl.constexpr, OVERLAP: gl.constexpr,
 ):  # fmt: skip
@@ -653,7 +664,7 @@ def _fused_step(
     # is made, and the dQ product's registers fit (issued first, the loop spills at 128).
     delta = _row(delta_smem.index(slot), BLOCK_M, cols_layout)
     dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok,))
-    ds = (p * (dp - gl.expand_dims(delta, 0))).to(q.dtype)
+    ds = (p * (dp * scale - gl.expand_dims(delta, 0))).to(q.dtype)
     p_a = gl.convert_layout(p.to(q.dtype), a_layout)
     dv_tok = warpgroup_mma(p_a, do, dv, is_async=True)
     ds_a = gl.convert_layout(ds, a_layout)
@@ -786,7 +797,7 @@ def _fused_consumer(
         dk, dv, s = _fused_step(
             it, m, dq_head + rows.to(gl.int64) * HEAD_DIM, head_row + rows, dq_desc, dq_smem,
             k, v, k_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, q_ready, do_ready,
-            empty, ds_ready, ds_free, dk, dv, s, s_init, dq_init, row0, qk_scale, n_total,
+            empty, ds_ready, ds_free, dk, dv, s, s_init, dq_init, row0, qk_scale, scale, n_total,
             WG, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, DQ_TMA, OVERLAP,
         )  # fmt: skip
     b = bh // num_kv_heads
@@ -802,7 +813,7 @@ def _fused_consumer(
         if n_total > 0:
             last = n_total - 1
             mbarrier.wait(ds_free.index(last % 2), (last // 2) & 1)
-    k.store((dk * scale).to(dtype))
+    k.store(dk.to(dtype))
     fence_async_shared()
     tma.async_copy_shared_to_global(dk_desc, [b, kv_h, row0, 0], _box(k, dk_desc))
     tma.store_wait(pendings=0)
@@ -818,7 +829,7 @@ def _xrt_attn_bwd_fused_hopper(
     OVERLAP: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):  # fmt: skip
     """:func:`_xrt_attn_bwd_dkdv_hopper` (same grid, boxes and producer) that also adds each
-    block's dQ = dS K, unscaled, into ``DQ_ACC``: a zeroed float32 (batch x heads,
+    block's dQ = dS K (dS scaled) into ``DQ_ACC``: a zeroed float32 (batch x heads,
     seqlen_pad, HEAD_DIM) buffer. ``SPLIT_COLS``: the two consumers share their dSᵀ through
     shared memory and each adds half of dQ's columns over all 128 keys (one atomic per
     element and key block); else each adds all columns over its own 64 keys (two).
@@ -904,10 +915,10 @@ def _xrt_attn_bwd_fused_hopper(
 
 @gluon.jit
 def _xrt_attn_bwd_dq_convert_hopper(
-    DQ_ACC, DQ, stride_b, stride_h, stride_s, seqlen_q, seqlen_pad, num_heads, scale,
+    DQ_ACC, DQ, stride_b, stride_h, stride_s, seqlen_q, seqlen_pad, num_heads,
     HEAD_DIM: gl.constexpr, BLOCK: gl.constexpr,
 ):  # fmt: skip
-    """dQ = scale · the fused kernel's float32 accumulator, in dQ's dtype, for BLOCK query
+    """dQ = the fused kernel's float32 accumulator, in dQ's dtype, for BLOCK query
     rows. Grid (seqlen_pad / BLOCK, batch x heads), num_warps=4."""
     COL_THREADS: gl.constexpr = HEAD_DIM // 4
     layout: gl.constexpr = gl.BlockedLayout(
@@ -920,7 +931,7 @@ def _xrt_attn_bwd_dq_convert_hopper(
     cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
     acc_ptrs = DQ_ACC + (bh.to(gl.int64) * seqlen_pad * HEAD_DIM)
     acc_ptrs = acc_ptrs + gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
-    dq = gl.load(acc_ptrs) * scale
+    dq = gl.load(acc_ptrs)
     out_ptrs = DQ + (b.to(gl.int64) * stride_b + h.to(gl.int64) * stride_h)
     out_ptrs = out_ptrs + gl.expand_dims(rows.to(gl.int64) * stride_s, 1) + gl.expand_dims(cols, 0)
     mask = gl.expand_dims(rows < seqlen_q, 1) & gl.expand_dims(cols < HEAD_DIM, 0)

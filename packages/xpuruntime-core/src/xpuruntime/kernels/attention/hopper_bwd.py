@@ -6,7 +6,7 @@ lse · log2(e) into buffers padded to 128 query rows:
 - *fused*: one kernel per 128 keys computes dK, dV and each query block's dQ contribution
   (5 GEMMs per block pair, FlashAttention-3's count) and adds the latter into a zeroed
   float32 accumulator (by the copy engine's reduce-add, or the consumers' vector
-  reductions); a last small launch scales it into dQ. The order of the float32 additions
+  reductions); a last small launch converts it into dQ. The order of the float32 additions
   varies from run to run, so dQ is not bitwise reproducible.
 - *deterministic*: the dK/dV kernel, then a dQ kernel that recomputes S and dP (7 GEMMs per
   block pair, no atomics).
@@ -323,7 +323,7 @@ def hopper_attention_backward(
             torch.empty((batch * heads, seqlen_pad), dtype=torch.float32, device=q.device)
             for _ in range(2)
         )
-        _launch_prep(out, grad_out, lse.contiguous(), lse2, delta)
+        _launch_prep(out, grad_out, lse.contiguous(), lse2, delta, scale)
         if isinstance(config, FusedVariant) and batch * heads * seqlen_pad >= 2**31:
             # The reduce-add's row coordinate is 32-bit: the vector reductions take over
             # (without the overlapped steps, which are written for the reduce-add's).
@@ -333,7 +333,7 @@ def hopper_attention_backward(
                 (batch * heads, seqlen_pad, head_dim), dtype=torch.float32, device=q.device
             )
             _launch_fused(config, q, k, v, grad_out, dk, dv, dq_acc, lse2, delta, causal, scale)
-            _launch_convert(dq_acc, dq, scale)
+            _launch_convert(dq_acc, dq)
         else:
             _launch_dkdv(config, q, k, v, grad_out, dk, dv, lse2, delta, causal, scale)
             _launch_dq(config, q, k, v, grad_out, dq, lse2, delta, causal, scale)
@@ -346,6 +346,7 @@ def _launch_prep(
     lse: torch.Tensor,
     lse2: torch.Tensor,
     delta: torch.Tensor,
+    scale: float,
 ) -> None:
     from xpuruntime.kernels.attention import _hopper_bwd_kernels
 
@@ -355,7 +356,7 @@ def _launch_prep(
         out, grad_out, lse, lse2, delta,
         out.stride(0), out.stride(1), out.stride(2),
         grad_out.stride(0), grad_out.stride(1), grad_out.stride(2),
-        seqlen_q, delta.shape[1], heads,
+        seqlen_q, delta.shape[1], heads, scale,
     )  # fmt: skip
     gluon_launch.launch(
         _hopper_bwd_kernels._xrt_attn_bwd_prep_hopper, (delta.shape[1] // block, batch * heads),
@@ -518,14 +519,13 @@ def _accumulator_descriptor(dq_acc: torch.Tensor) -> gluon_launch.Tma:
     return gluon_launch.Tma(dq_acc.view(-1, dq_acc.shape[2]), (64, 32), _float32_layout(128))
 
 
-def _launch_convert(dq_acc: torch.Tensor, dq: torch.Tensor, scale: float) -> None:
+def _launch_convert(dq_acc: torch.Tensor, dq: torch.Tensor) -> None:
     from xpuruntime.kernels.attention import _hopper_bwd_kernels
 
     batch, heads, seqlen_q, head_dim = dq.shape
     block = 32  # 32 float32 a thread: no spills at head size 128
     args = (
         dq_acc, dq, dq.stride(0), dq.stride(1), dq.stride(2), seqlen_q, dq_acc.shape[1], heads,
-        scale,
     )  # fmt: skip
     gluon_launch.launch(
         _hopper_bwd_kernels._xrt_attn_bwd_dq_convert_hopper,
