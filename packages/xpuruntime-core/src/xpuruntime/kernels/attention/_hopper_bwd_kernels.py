@@ -165,11 +165,21 @@ def _ring_s(k, q_smem, q_ready, it, s_init, NUM_STAGES: gl.constexpr):
 
 @gluon.jit
 def _first_s(k, q_smem, q_ready, n_total, s_init, NUM_STAGES: gl.constexpr):
-    """The first step's Sᵀ for overlapped steps (``s_init`` when there is no step)."""
+    """The first step's Sᵀ for overlapped steps (``s_init`` when there is no step).
+
+    The barrier at the end costs one ``bar.sync`` per warpgroup and can save one per step:
+    Triton 3.6's shared-memory barrier analysis orders every two waits on the same barrier
+    allocation with a warpgroup barrier, and without this one it places the barrier between
+    this wait and :func:`_next_s`'s inside the loop, where it stays although the loop-top
+    barrier it adds later covers the case. Compiled offline for sm_90a: the dK/dV kernel's
+    second consumer has two ``bar.sync`` a step instead of three (the first had two
+    already); the fused kernel's steps keep theirs (other pairs need them). Not yet timed
+    on a GPU."""
     s = s_init
     if n_total > 0:
         s_tok = _ring_s(k, q_smem, q_ready, 0, s_init, NUM_STAGES)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+        gl.thread_barrier()
     return s
 
 
