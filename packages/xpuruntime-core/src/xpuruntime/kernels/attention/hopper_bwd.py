@@ -1,7 +1,7 @@
 """Host side of the Gluon Hopper backward (:mod:`._hopper_bwd_kernels`): checks, variants, launch.
 
-Two paths, both Gluon, both after a prep launch that writes delta = rowsum(dO ∘ O) and
-lse · log2(e) into buffers padded to 128 query rows:
+Two paths, both Gluon, both after a prep launch that writes delta = scale · rowsum(dO ∘ O)
+and lse · log2(e) into buffers padded to 128 query rows:
 
 - *fused*: one kernel per 128 keys computes dK, dV and each query block's dQ contribution
   (5 GEMMs per block pair, FlashAttention-3's count) and adds the latter into a zeroed
