@@ -37,25 +37,23 @@ deterministic results.
   is not fixed: dQ is not bitwise reproducible. ``_xrt_attn_bwd_dq_convert_hopper`` converts
   the accumulator into dQ.
 
-Numerics follow :mod:`._kernels`: ``qk_scale = scale * log2(e)``, the forward's
-natural-log log-sum-exp used as ``lse * log2(e)``, ``delta = rowsum(dO ∘ O)`` in float32,
-float32 accumulation, causal masking top-left aligned; but dS is scaled by ``scale`` before
-its 16-bit rounding, as cuDNN's errors show it does, where ``_kernels`` (like FlashAttention,
-its peer off Hopper) rounds dS and scales dK and dQ at the end. It is computed as
-P ∘ (dP · scale − delta · scale), one fused multiply-add where the unscaled form had a
-subtraction. Neither order is the more accurate (which one errs less depends on the data);
-where ``scale`` is a power of two (head size 64) they round alike, and at head size 128 this
-one gave cuDNN's errors to three or four digits on the grid of docs/attention.md (S
-2048-16384, full and causal), where the other was up to 2.6 % above them with causal
-masking and 0.3 % below without.
-A first small kernel
-(``_xrt_attn_bwd_prep_hopper``) writes ``lse * log2(e)`` and ``delta * scale`` into float32
-(batch x heads, seqlen_pad) buffers padded to 128 rows, so that the dK/dV producer can bring
-each query block's values in by TMA with its Q and dO tiles (the consumers read them from
-shared memory when they need them, instead of holding 2 x 16 registers a thread through the
-GEMMs). Padded rows hold lse₂ = +inf and delta = 0: their probabilities are
-exactly 0 (TMA also fills their Q and dO rows with zeros). Key rows past ``seqlen_k`` are
-zeros too and their dK and dV rows are clipped by the TMA store.
+Numerics follow :mod:`._kernels`: ``qk_scale = scale * log2(e)``, the forward's natural-log
+log-sum-exp used as ``lse * log2(e)``, ``delta = rowsum(dO ∘ O)`` in float32, float32
+accumulation, causal masking top-left aligned; but dS is scaled by ``scale`` before its
+16-bit rounding, as cuDNN's errors show it does, where ``_kernels`` (like FlashAttention,
+its peer off Hopper) rounds dS and scales dK and dQ at the end. It is computed as P ∘ (dP ·
+scale − delta · scale), one fused multiply-add where the unscaled form had a subtraction.
+Neither order is the more accurate (which one errs less depends on the data); where
+``scale`` is a power of two (head size 64) they round alike, and at head size 128 this one
+gave cuDNN's errors to three or four digits on the grid of docs/attention.md (S 2048-16384,
+full and causal), where the other was up to 2.6 % above them with causal masking and 0.3 %
+below without. A first small kernel (``_xrt_attn_bwd_prep_hopper``) writes ``lse * log2(e)``
+and ``delta * scale`` into float32 (batch x heads, seqlen_pad) buffers padded to 128 rows,
+so that the dK/dV producer can bring each query block's values in by TMA with its Q and dO
+tiles (the consumers read them from shared memory when they need them, instead of holding 2
+x 16 registers a thread through the GEMMs). Padded rows hold lse₂ = +inf and delta = 0:
+their probabilities are exactly 0 (TMA also fills their Q and dO rows with zeros). Key rows
+past ``seqlen_k`` are zeros too and their dK and dV rows are clipped by the TMA store.
 """
 
 from __future__ import annotations
