@@ -2,8 +2,9 @@
 over the kernels' edge cases (partial last blocks, causal diagonal, GQA/MQA, packed sequences
 with an empty one, both load paths); on sm_90 the same edge cases through xrt_flash_hopper's
 Gluon forward (every variant, each twice: through the JIT and through the kept kernel;
-packed sequences through the automatic choice) and backward (its default and its
-deterministic path). Sizes are tiny: the sanitizer slows kernels ~100x.
+packed sequences through the automatic choice and, forward and backward, directly) and
+backward (its default and its deterministic path). Sizes are tiny: the sanitizer slows
+kernels ~100x.
 
     python3 attention_sanitize.py [--hopper-only] [--variants m64n128s2pp_p,...]
 
@@ -89,6 +90,40 @@ def hopper(
         assert all(torch.isfinite(t).all() for t in (out, *grads))
 
 
+def hopper_packed(causal: bool) -> None:
+    """The Gluon Hopper forward and backward on packed sequences (the backward's deterministic
+    kernels on 2-D grids): sequences ending inside tiles, an empty one, more keys than
+    queries, GQA 4:1, rows of no sequence at the end."""
+    from xpuruntime.kernels.attention import hopper_bwd
+    from xpuruntime.kernels.attention.hopper import hopper_attention_forward
+
+    lens_q, lens_k = [70, 0, 129, 1, 300], [90, 5, 129, 1, 250]
+
+    def offsets(lens: list[int]) -> torch.Tensor:
+        return torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], device="cuda").int()
+
+    cu_q, cu_k = offsets(lens_q), offsets(lens_k)
+    for dim in (64, 128):
+        q = torch.randn(sum(lens_q) + 9, 8, dim, device="cuda", dtype=torch.bfloat16)
+        k, v = (
+            torch.randn(sum(lens_k) + 9, 2, dim, device="cuda", dtype=torch.bfloat16)
+            for _ in range(2)
+        )
+        packed = {
+            "cu_seqlens_q": cu_q,
+            "cu_seqlens_k": cu_k,
+            "max_seqlen_q": 300,
+            "max_seqlen_k": 250,
+        }
+        out, lse = hopper_attention_forward(q, k, v, causal=causal, **packed)
+        grads = hopper_bwd.hopper_attention_backward(
+            torch.randn_like(out), q, k, v, out, lse, causal=causal, **packed
+        )
+        torch.cuda.synchronize()
+        rows = int(cu_q[-1])
+        assert all(torch.isfinite(t).all() for t in (out[:rows], *grads))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hopper-only", action="store_true")
@@ -111,6 +146,7 @@ def main() -> None:
             hopper(4, 1, 130, 250, 128, causal, only)  # GQA 4:1, more keys than queries
             # 240 work items: more than an H100/H200 has SMs, so a persistent CTA runs two.
             hopper(40, 8, 300, 300, 64, causal, only)
+            hopper_packed(causal)
     print("attention_sanitize: all calls finished")
 
 

@@ -7,6 +7,10 @@ that show the design is there: wgmma, ``setmaxnreg``, TMA (``cp.async.bulk.tenso
 local-memory traffic (spills). Exits non-zero if a configuration fails to compile or spills.
 
     python3 packages/xpuruntime-core/scripts/hopper_attention_bwd_compile.py [--out DIR] [--sass]
+        [--varlen]
+
+``--varlen`` compiles the prep, dK/dV and dQ kernels' packed-sequence builds (``VARLEN``)
+instead of the dense ones.
 
 Needs only ``triton`` (3.6) and numpy; the reporting helpers are the forward's
 (``hopper_attention_compile.py``, next to this script).
@@ -26,9 +30,17 @@ import hopper_attention_compile as fwd  # the forward's reporting helpers
 
 
 def compile_one(
-    kernels: Any, kernel: str, dtype: str, head_dim: int, causal: bool, variant: Any, out_dir: Path
+    kernels: Any,
+    kernel: str,
+    dtype: str,
+    head_dim: int,
+    causal: bool,
+    variant: Any,
+    out_dir: Path,
+    varlen: bool = False,
 ) -> tuple[str, str, Any]:
-    """Compile the ``dkdv`` or ``dq`` kernel of ``variant``; returns (name, ptx, metadata)."""
+    """Compile the ``dkdv`` or ``dq`` kernel of ``variant`` (``varlen``: its packed-sequence
+    build); returns (name, ptx, metadata)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -48,6 +60,8 @@ def compile_one(
     # The dK/dV and fused kernels' 1-D order (used with LPT only).
     order = {"num_key_blocks": "i32", "batch_kv_heads": "i32", "section": "i32"}
     lpt = "_l" if getattr(variant, "lpt", False) else ""
+    # The packed builds' offsets are int32; the dense launches pass a float32 buffer there.
+    offsets = {name: "*i32" if varlen else "*fp32" for name in ("CU_Q", "CU_K", "CU_PAD")}
     if kernel == "dkdv":
         fn = kernels._xrt_attn_bwd_dkdv_hopper
         m = variant.dkdv_block_m
@@ -55,9 +69,11 @@ def compile_one(
         signature = {"q_desc": desc(m), "k_desc": desc(64), "v_desc": desc(64), "do_desc": desc(m)}
         signature |= {"dk_desc": desc(64), "dv_desc": desc(64), "lse_desc": row, "delta_desc": row}
         signature |= {"seqlen_q": "i32", "num_kv_heads": "i32", **common, **order}
+        signature |= {"DK": f"*{dtype}", "DV": f"*{dtype}", "stride_ks": "i32", "stride_kh": "i32"}
+        signature |= offsets
         constexprs = {"HEAD_DIM": head_dim, "BLOCK_M": m, "NUM_STAGES": variant.dkdv_stages}
         constexprs |= {"CAUSAL": causal, "LPT": variant.lpt, "OVERLAP": variant.dkdv_overlap}
-        constexprs |= regs
+        constexprs |= {**regs, "VARLEN": varlen}
         tag = f"m{m}s{variant.dkdv_stages}{'o' if variant.dkdv_overlap else ''}{lpt}"
     elif kernel == "fused":
         fn = kernels._xrt_attn_bwd_fused_hopper
@@ -87,8 +103,9 @@ def compile_one(
         signature |= {"dq_desc": desc(64), "LSE2": "*fp32", "DELTA": "*fp32"}
         signature |= {"seqlen_pad": "i32", "seqlen_k": "i32", "num_heads": "i32", **common}
         signature |= {"batch_heads": "i32", "section": "i32"}
+        signature |= {"DQ": f"*{dtype}", "stride_qs": "i32", "stride_qh": "i32", **offsets}
         constexprs = {"HEAD_DIM": head_dim, "BLOCK_N": n, "NUM_STAGES": variant.dq_stages}
-        constexprs |= {"CAUSAL": causal, "LPT": variant.lpt, **regs}
+        constexprs |= {"CAUSAL": causal, "LPT": variant.lpt, **regs, "VARLEN": varlen}
         tag = f"n{n}s{variant.dq_stages}{lpt}"
     else:  # prep: delta and lse * log2(e)
         fn = kernels._xrt_attn_bwd_prep_hopper
@@ -97,7 +114,8 @@ def compile_one(
         for name in ("ob", "oh", "os", "dob", "doh", "dos"):
             signature[f"stride_{name}"] = "i32"
         signature |= {"seqlen_q": "i32", "seqlen_pad": "i32", "num_heads": "i32", "scale": "fp32"}
-        constexprs = {"HEAD_DIM": head_dim, "BLOCK": 64}
+        signature |= {"CU_Q": offsets["CU_Q"], "CU_PAD": offsets["CU_PAD"]}
+        constexprs = {"HEAD_DIM": head_dim, "BLOCK": 64, "VARLEN": varlen}
         tag = "b64"
     for key in constexprs:
         signature[key] = "constexpr"
@@ -105,6 +123,7 @@ def compile_one(
     compiled = triton.compile(
         src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 1}
     )
+    tag += "_varlen" if varlen else ""
     name = f"bwd_{kernel}_{dtype}_hd{head_dim}_{'causal' if causal else 'full'}_{tag}"
     (out_dir / f"{name}.ptx").write_text(compiled.asm["ptx"])
     (out_dir / f"{name}.cubin").write_bytes(compiled.asm["cubin"])
@@ -119,6 +138,9 @@ def main() -> int:
     parser.add_argument("--variants", default="", help="comma-separated variant names")
     parser.add_argument("--kernels", default="fused,convert,dkdv,dq,prep")
     parser.add_argument("--dtypes", default="bf16,fp16")
+    parser.add_argument(
+        "--varlen", action="store_true", help="the packed-sequence builds (prep, dK/dV, dQ)"
+    )
     args = parser.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -139,13 +161,14 @@ def main() -> int:
             for variant in variants[:1] if once else fused if kernel == "fused" else split:
                 for dtype in args.dtypes.split(","):
                     for causal in (False,) if once else (False, True):
+                        varlen = args.varlen and kernel in ("dkdv", "dq", "prep")
                         label = (
                             f"{kernel:4} {dtype} hd{head_dim} {'causal' if causal else 'full  '}"
-                            f" {variant.name}"
+                            f" {variant.name}{' varlen' if varlen else ''}"
                         )
                         try:
                             name, ptx, meta = compile_one(
-                                kernels, kernel, dtype, head_dim, causal, variant, out_dir
+                                kernels, kernel, dtype, head_dim, causal, variant, out_dir, varlen
                             )
                         except Exception as error:  # report it and go on
                             failures += 1

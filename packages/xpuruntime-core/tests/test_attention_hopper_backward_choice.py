@@ -99,7 +99,7 @@ def gluon_backward(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     its ``deterministic`` argument (zero gradients); no variant named in the environment;
     the fused kernel on 2-D grids is the default at both head sizes and masks, and so is
     the deterministic one on 2-D grids (tests that want other defaults set them)."""
-    monkeypatch.setattr(launch, "_hopper_backward_unsupported", lambda q, layout: "")
+    monkeypatch.setattr(launch, "_hopper_backward_unsupported", lambda q, layout, batch: "")
     monkeypatch.delenv(hopper_bwd.VARIANT_ENV, raising=False)
     for head_dim in hopper_bwd.HEAD_DIMS:
         for causal in (False, True):
@@ -188,7 +188,7 @@ def test_a_named_variant_picks_the_path_and_the_detail_says_so(
 
 
 def test_the_causal_defaults_run_longest_first_and_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(launch, "_hopper_backward_unsupported", lambda q, layout: "")
+    monkeypatch.setattr(launch, "_hopper_backward_unsupported", lambda q, layout, batch: "")
     monkeypatch.delenv(hopper_bwd.VARIANT_ENV, raising=False)
     q = torch.zeros(1, 2, 8, 128, dtype=torch.bfloat16)
     for causal in (False, True):
@@ -214,7 +214,7 @@ def test_a_fused_variant_passed_over_gives_way_to_the_causal_deterministic_defau
     """Under deterministic algorithms a named fused variant gives way to the deterministic
     default of the head size and mask: at head size 128 causal the 1-D longest-first one,
     which the detail says after naming what was passed over."""
-    monkeypatch.setattr(launch, "_hopper_backward_unsupported", lambda q, layout: "")
+    monkeypatch.setattr(launch, "_hopper_backward_unsupported", lambda q, layout, batch: "")
     monkeypatch.setenv(hopper_bwd.VARIANT_ENV, "fm64s2c")
     q = torch.zeros(1, 2, 8, 128, dtype=torch.bfloat16)
     variant, _ = hopper_bwd.choose_variant(128, causal=True, deterministic=True)
@@ -228,6 +228,91 @@ def test_a_fused_variant_passed_over_gives_way_to_the_causal_deterministic_defau
     assert plan == (
         f"{DETERMINISTIC[:-1]}; fm64s2c from {hopper_bwd.VARIANT_ENV} is fused, not deterministic)"
     )
+
+
+PACKED = (
+    "backward: gluon hopper backward (dK/dV + dQ kernels, deterministic, on 2-D grids: packed "
+    "sequences take these)"
+)
+
+
+def test_packed_sequences_take_the_deterministic_kernels_on_2d_grids(
+    gluon_backward: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Packed sequences (``layout="thd"``) run the deterministic kernels on 2-D grids, whether
+    the default is fused, named fused or named with ``_l``, and the detail says so; their
+    offsets reach the backward."""
+    passed: dict[str, object] = {}
+
+    def stand_in(
+        grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        *args: object, **kwargs: object,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+        passed.update(kwargs)
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+
+    monkeypatch.setattr(hopper_bwd, "hopper_attention_backward", stand_in)
+    q = torch.zeros(10, 2, 128, dtype=torch.bfloat16)
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+    # (The stand-in reads no offsets: the longest lengths are what the plan goes by.)
+    varlen = launch.Varlen(cu, cu, 2048, 6)
+
+    def run() -> str:
+        *_, detail = launch.hopper_backward(
+            q, q, q, q, q, torch.zeros(2, 10), causal=True, scale=None, layout="thd",
+            varlen=varlen,
+        )  # fmt: skip
+        return detail
+
+    assert run() == PACKED  # the default here is fused (the fixture)
+    assert passed["cu_seqlens_q"] is cu
+    assert passed["max_seqlen_q"] == 2048
+    variant, origin = hopper_bwd.choose_variant(128, causal=True, deterministic=False, packed=True)
+    assert (variant.name, origin) == ("m64s2n64s2", "default")
+    monkeypatch.setenv(hopper_bwd.VARIANT_ENV, "fm64s2c")
+    assert run() == (
+        f"{PACKED[:-1]}; fm64s2c from {hopper_bwd.VARIANT_ENV} is fused, packed sequences "
+        "take deterministic ones)"
+    )
+    monkeypatch.setenv(hopper_bwd.VARIANT_ENV, "m64s3n64s3_l")
+    assert run() == (
+        f"{PACKED[:-1]}; variant m64s3n64s3 from {hopper_bwd.VARIANT_ENV} (its 2-D grids on "
+        "packed sequences))"
+    )
+    # A longest-first default gives way to its 2-D twin without a word: the detail says 2-D.
+    monkeypatch.delenv(hopper_bwd.VARIANT_ENV)
+    monkeypatch.setitem(hopper_bwd._DEFAULT, (128, True), "m64s2n64s2_l")
+    assert run() == PACKED
+    assert (
+        hopper_bwd.choose_variant(128, causal=True, deterministic=False, packed=True)[0].name
+        == "m64s2n64s2"
+    )
+
+
+def test_short_packed_causal_sequences_run_the_triton_backward(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Below PACKED_CAUSAL_MIN_ROWS query rows a packed causal batch runs xrt_flash's Triton
+    backward (measured faster there) and the plan says why; full attention and longer
+    sequences keep the Gluon kernels."""
+    monkeypatch.setattr(launch, "_hopper_backward_unsupported", lambda q, layout, batch: "")
+    monkeypatch.delenv(hopper_bwd.VARIANT_ENV, raising=False)
+    q = torch.zeros(10, 2, 64, dtype=torch.bfloat16)
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+    below = hopper_bwd.PACKED_CAUSAL_MIN_ROWS - 1
+
+    def plan(causal: bool, rows: int) -> tuple[bool, str]:
+        varlen = launch.Varlen(cu, cu, rows, rows)
+        return launch.hopper_backward_plan(q, causal=causal, layout="thd", varlen=varlen)
+
+    assert plan(True, below) == (
+        False,
+        f"backward: xrt_flash's Triton kernels (packed causal sequences of at most {below} "
+        "query rows: there the Gluon Hopper backward measured slower than xrt_flash's, below "
+        f"{hopper_bwd.PACKED_CAUSAL_MIN_ROWS})",
+    )
+    assert plan(False, below) == (True, PACKED)
+    assert plan(True, hopper_bwd.PACKED_CAUSAL_MIN_ROWS) == (True, PACKED)
 
 
 def test_variant_names_round_trip() -> None:

@@ -1,11 +1,14 @@
-"""xrt_flash_hopper's forward on packed variable-length batches (``cu_seqlens``), on an sm_90 GPU.
+"""xrt_flash_hopper's forward and backward on packed variable-length batches (``cu_seqlens``),
+on an sm_90 GPU.
 
 Each case packs sequences of uneven lengths (shorter than a tile, on tile edges, empty, query
 and key lengths apart) into (total, heads, head_dim) tensors and checks the Gluon forward's
 output and log-sum-exp against a float32 reference computed sequence by sequence, and
 against ``xrt_flash``'s own varlen forward (whose backward takes this log-sum-exp). Rows
 that belong to no sequence must be left as they were: a tile that runs past its sequence's
-end must store nothing there.
+end must store nothing there. The Gluon backward on packed sequences must give each
+sequence the dense backward's gradients of that sequence alone, and zeros in rows of no
+sequence.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from xpuruntime.kernels.attention import hopper, launch  # noqa: E402
+from xpuruntime.kernels.attention import hopper, hopper_bwd, launch  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -206,18 +209,89 @@ def test_agrees_with_xrt_flash_varlen(causal: bool) -> None:
     theirs = launch.backward(
         do, q, k, v, want, want_lse, causal=causal, scale=scale, layout="thd", varlen=varlen
     )
+    gluon = _packed_backward(do, q, k, v, got, lse, cu_q, cu_k, lens_q, lens_k, causal, scale)
     reference = _reference_grads(q, k, v, cu_q, cu_k, causal, scale, do)
     keys = int(cu_k[-1])
-    for name, a, b, ref, n in zip(
-        ("dq", "dk", "dv"), ours[:3], theirs[:3], reference, (rows, keys, keys), strict=True
-    ):
-        ours_err = (a[:n].float() - ref[:n]).abs().max().item()
+    for name, a, b, c, ref, n in zip(
+        ("dq", "dk", "dv"), ours[:3], theirs[:3], gluon, reference, (rows, keys, keys),
+        strict=True,
+    ):  # fmt: skip
         theirs_err = (b[:n].float() - ref[:n]).abs().max().item()
         scale_of = ref[:n].abs().max().item()
-        assert ours_err <= 1.25 * theirs_err + 1e-3 * scale_of, (
-            f"{name}: max |error| {ours_err} against xrt_flash's {theirs_err} (max |{name}| "
-            f"{scale_of})"
-        )
+        for who, x in (("xrt_flash on ours", a), ("gluon backward", c)):
+            err = (x[:n].float() - ref[:n]).abs().max().item()
+            assert err <= 1.25 * theirs_err + 1e-3 * scale_of, (
+                f"{name} ({who}): max |error| {err} against xrt_flash's {theirs_err} (max "
+                f"|{name}| {scale_of})"
+            )
+
+
+def _packed_backward(
+    do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, cu_q: Any, cu_k: Any,
+    lens_q: list[int], lens_k: list[int], causal: bool, scale: float | None = None,
+) -> tuple[Any, Any, Any]:  # fmt: skip
+    return hopper_bwd.hopper_attention_backward(
+        do, q, k, v, out, lse, causal=causal, scale=scale, cu_seqlens_q=cu_q,
+        cu_seqlens_k=cu_k, max_seqlen_q=max(lens_q, default=0),
+        max_seqlen_k=max(lens_k, default=0),
+    )  # fmt: skip
+
+
+def _bhsd(x: Any) -> Any:
+    """One sequence's packed (len, heads, dim) rows as the dense (1, heads, len, dim) view."""
+    return x.transpose(0, 1).unsqueeze(0)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dim", [64, 128])
+@pytest.mark.parametrize("case", ["mixed", "edges", "q!=k", "no keys"])
+def test_packed_backward_is_the_dense_backward_of_each_sequence(
+    case: str, dim: int, causal: bool
+) -> None:
+    """The Gluon backward on packed sequences (the deterministic kernels on 2-D grids) gives
+    each sequence, to the bit, what the dense backward with the same variant gives it alone:
+    the same tiles in the same order, where the rows after a sequence's end (the next
+    sequence's, here random) weigh exactly 0 as the dense kernels' padding does; and zeros in
+    rows of no sequence, whatever the output gradient holds there and although the output
+    and log-sum-exp hold NaN there (the forward leaves those rows unwritten)."""
+    lens_q, lens_k = LENGTHS[case]
+    q, k, v, cu_q, cu_k = _pack(lens_q, lens_k, 16, 4, dim, torch.bfloat16)  # GQA 4:1
+    out, lse = _run(q, k, v, cu_q, cu_k, lens_q, lens_k, causal)
+    rows, keys = int(cu_q[-1]), int(cu_k[-1])
+    out[rows:] = float("nan")
+    lse[:, rows:] = float("nan")
+    do = torch.randn_like(q)
+    dq, dk, dv = _packed_backward(do, q, k, v, out, lse, cu_q, cu_k, lens_q, lens_k, causal)
+    for name, grad, n in (("dq", dq, rows), ("dk", dk, keys), ("dv", dv, keys)):
+        assert not grad[n:].any(), f"{name}: rows of no sequence are not zero"
+        assert not grad[:n].isnan().any(), f"{name}: NaN"
+    variant = hopper_bwd.choose_variant(dim, causal=causal, deterministic=False, packed=True)[0]
+    for i in range(len(lens_q)):
+        q0, q1, k0, k1 = (int(x) for x in (cu_q[i], cu_q[i + 1], cu_k[i], cu_k[i + 1]))
+        want = hopper_bwd.hopper_attention_backward(
+            _bhsd(do[q0:q1]), _bhsd(q[q0:q1]), _bhsd(k[k0:k1]), _bhsd(v[k0:k1]),
+            _bhsd(out[q0:q1]), lse[:, q0:q1].unsqueeze(0), causal=causal, variant=variant.name,
+        )  # fmt: skip
+        for name, got, ref in zip(
+            ("dq", "dk", "dv"), (dq[q0:q1], dk[k0:k1], dv[k0:k1]), want, strict=True
+        ):
+            assert torch.equal(_bhsd(got), ref), f"{name} of sequence {i} ({variant.name})"
+
+
+def test_packed_backward_in_float16_with_an_explicit_scale_is_repeatable() -> None:
+    lens = [700, 3, 128, 0, 257]
+    q, k, v, cu, _ = _pack(lens, lens, 8, 8, 128, torch.float16)
+    out, lse = _run(q, k, v, cu, cu, lens, lens, True, scale=0.2)
+    do = torch.randn_like(q)
+    first = _packed_backward(do, q, k, v, out, lse, cu, cu, lens, lens, True, 0.2)
+    again = _packed_backward(do, q, k, v, out, lse, cu, cu, lens, lens, True, 0.2)
+    reference = _reference_grads(q, k, v, cu, cu, True, 0.2, do)
+    rows = int(cu[-1])
+    for name, a, b, ref in zip(("dq", "dk", "dv"), first, again, reference, strict=True):
+        assert torch.equal(a, b), f"{name}: the deterministic kernels differ between runs"
+        err = torch.linalg.vector_norm(a[:rows].float() - ref[:rows])
+        rel = (err / torch.linalg.vector_norm(ref[:rows])).item()
+        assert rel < 2e-3, f"{name}: relative error {rel} against the float32 reference"
 
 
 def test_strided_inputs_given_stream_and_unaligned_out() -> None:
@@ -257,26 +331,36 @@ def test_no_sequence_or_no_key_at_all() -> None:
     )
     assert lse.shape == (4, 10)
     assert torch.all(torch.isneginf(lse))
+    grads = hopper_bwd.hopper_attention_backward(
+        q, q, q, q, out, lse, causal=False, cu_seqlens_q=empty, cu_seqlens_k=empty
+    )
+    assert all(not g.any() for g in grads)
     cu_q = torch.tensor([0, 4, 10], dtype=torch.int32, device="cuda")
     out, lse = hopper.hopper_attention_forward(
         q, q[:0], q[:0], causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=empty[:3]
     )
     assert torch.all(out == 0)
     assert torch.all(torch.isneginf(lse))
+    dq, dk, dv = hopper_bwd.hopper_attention_backward(
+        q, q, q[:0], q[:0], out, lse, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=empty[:3]
+    )
+    assert not dq.any()
+    assert dk.shape == dv.shape == (0, 4, 64)
 
 
 def test_through_ops_attention_and_its_backward() -> None:
-    """The user's path: a policy pinning xrt_flash_hopper runs packed calls on it, and the
-    backward (xrt_flash's Triton varlen kernels on its log-sum-exp) matches xrt_flash's."""
+    """The user's path: a policy pinning xrt_flash_hopper runs packed calls on it, forward
+    and backward (the Gluon backward's deterministic kernels), and the gradients match
+    xrt_flash's."""
     import xpuruntime.ops as ops
     from xpuruntime.policies import KernelPolicy
     from xpuruntime.runtime.record import ExecutionRecord
 
-    lens = [1000, 17, 0, 513, 300]
+    lens = [1500, 17, 0, 513, 300]  # the longest past hopper_bwd.PACKED_CAUSAL_MIN_ROWS
     q, k, v, cu, _ = _pack(lens, lens, 16, 4, 128, torch.bfloat16)
     args: dict[str, Any] = {
-        "causal": True, "cu_seqlens_q": cu, "cu_seqlens_k": cu, "max_seqlen_q": 1000,
-        "max_seqlen_k": 1000,
+        "causal": True, "cu_seqlens_q": cu, "cu_seqlens_k": cu, "max_seqlen_q": 1500,
+        "max_seqlen_k": 1500,
     }  # fmt: skip
     record = ExecutionRecord(kind="training")
     pin = KernelPolicy(attention="xrt_flash_hopper")
@@ -291,7 +375,10 @@ def test_through_ops_attention_and_its_backward() -> None:
     torch.testing.assert_close(lse[:, :rows], want_lse[:, :rows], atol=1e-3, rtol=0)
     do = torch.randn_like(q)
     grads = ops.attention_backward(do, q, k, v, out, lse, policy=pin, record=record, **args)
-    assert "xrt_flash's Triton kernels" in record.decisions[-1].reason
+    assert (
+        "gluon hopper backward (dK/dV + dQ kernels, deterministic, on 2-D grids: packed "
+        "sequences take these)" in record.decisions[-1].reason
+    ), record.decisions[-1].reason
     expected = ops.attention_backward(do, q, k, v, want, want_lse, **args)
     for name, a, b in zip(("dq", "dk", "dv"), grads, expected, strict=True):
         torch.testing.assert_close(a[:rows], b[:rows], atol=5e-2, rtol=0, msg=name)

@@ -6,8 +6,9 @@ kernel — ``xrt_flash_hopper``, the warp-specialised Gluon forward, on Hopper G
 runs; ``xrt_flash``, xpuruntime's Triton FlashAttention kernels; or, where a policy names it,
 ``xrt_flash_fp8``, their float8 (e4m3) forward for inference — and the call runs it. The
 backward of ``xrt_flash_hopper`` is the Gluon Hopper backward where it runs (head sizes 64
-and 128, dense batches) and ``xrt_flash``'s Triton backward on the same log-sum-exp elsewhere
-(head size 256, packed sequences); its decision says which ran and why. Inputs are PyTorch
+and 128, dense and packed batches) and ``xrt_flash``'s Triton backward on the same
+log-sum-exp elsewhere (head size 256, packed causal batches of short sequences, where it
+measured faster); its decision says which ran and why. Inputs are PyTorch
 CUDA tensors (other DLPack producers are viewed as torch tensors); torch and Triton are
 imported on the first call, never by ``import xpuruntime``.
 
@@ -324,7 +325,7 @@ def attention_backward(
             d_out, query, key, value, output, log_sum_exp, causal=causal, scale=scale,
             layout=kind, varlen=varlen, stream=handle,
         )  # fmt: skip
-        if not launch.hopper_backward_plan(query, causal=causal, layout=kind)[0]:
+        if not launch.hopper_backward_plan(query, causal=causal, layout=kind, varlen=varlen)[0]:
             # The decision names the kernel the policy chose; what ran is xrt_flash's backward.
             decision = (decision[0], decision[1], LIBRARY, *decision[3:])
     else:

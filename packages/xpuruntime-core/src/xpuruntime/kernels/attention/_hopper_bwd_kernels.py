@@ -54,6 +54,14 @@ tiles (the consumers read them from shared memory when they need them, instead o
 x 16 registers a thread through the GEMMs). Padded rows hold lse₂ = +inf and delta = 0:
 their probabilities are exactly 0 (TMA also fills their Q and dO rows with zeros). Key rows
 past ``seqlen_k`` are zeros too and their dK and dV rows are clipped by the TMA store.
+
+Packed variable-length sequences (``VARLEN``; the prep, dK/dV and dQ kernels) run on 2-D
+grids over the longest sequence's blocks, on (1, heads, total rows, head_dim) views of the
+packed tensors. The prep kernel gives each sequence its own 128-row-aligned, padded stretch
+of the lse₂ and delta buffers (``CU_PAD``), so that the rows a last query block reads past
+its sequence (the next one's) weigh exactly 0 as a dense call's padding does, and so that
+every lse₂/delta box starts 16-byte aligned, as TMA requires of a box's innermost
+coordinate. Tiles that end past their sequence store their rows one by one.
 """
 
 from __future__ import annotations
@@ -70,7 +78,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from xpuruntime.kernels.attention._hopper_kernels import _box, _section_order
+from xpuruntime.kernels.attention._hopper_kernels import (
+    _box,
+    _section_order,
+    _sequence,
+    _store_rows,
+)
 
 LOG2E: gl.constexpr = gl.constexpr(1.4426950408889634)
 #: Rows of a tile that one consumer warpgroup owns (the wgmma M of four warps).
@@ -107,15 +120,23 @@ def _block_and_head(num_blocks, batch_heads, section, LPT: gl.constexpr):
 def _xrt_attn_bwd_prep_hopper(
     OUT, DO, LSE, LSE2, DELTA,
     stride_ob, stride_oh, stride_os, stride_dob, stride_doh, stride_dos,
-    seqlen_q, seqlen_pad, num_heads, scale,
-    HEAD_DIM: gl.constexpr, BLOCK: gl.constexpr,
+    seqlen_q, seqlen_pad, num_heads, scale, CU_Q, CU_PAD,
+    HEAD_DIM: gl.constexpr, BLOCK: gl.constexpr, VARLEN: gl.constexpr,
 ):  # fmt: skip
     """delta = scale · rowsum(dO ∘ O) and lse₂ = lse · log2(e) of BLOCK query rows, into
     float32 (batch x heads, seqlen_pad) buffers; rows past ``seqlen_q`` get delta 0 and lse₂
     +inf. (delta comes scaled so that the consumers' scaled dS = P ∘ (dP · scale − delta)
     costs a fused multiply-add where the unscaled one cost a subtraction.)
     ``LSE`` is the forward's contiguous (batch, heads, seqlen_q). Grid (seqlen_pad / BLOCK,
-    batch x heads), num_warps=4."""
+    batch x heads), num_warps=4.
+
+    ``VARLEN``: packed sequences, batch ``b`` being query rows ``CU_Q[b]:CU_Q[b+1]`` of the
+    (1, heads, total) views and of ``LSE``, (heads, total) (``seqlen_q`` is the total); each
+    sequence gets rows ``CU_PAD[b]:CU_PAD[b+1]`` of the (heads, seqlen_pad) buffers, its
+    length rounded up to 128 rows, so that its rows start where TMA can load them (the
+    innermost coordinate must be 16-byte aligned) and its padding holds lse₂ = +inf and delta
+    = 0 as a dense call's does. Grid (blocks of the longest padded sequence, sequences x
+    heads)."""
     COL_THREADS: gl.constexpr = HEAD_DIM // 8
     layout: gl.constexpr = gl.BlockedLayout(
         [1, 8], [32 // COL_THREADS, COL_THREADS], [4, 1], [1, 0]
@@ -125,19 +146,36 @@ def _xrt_attn_bwd_prep_hopper(
     h = bh % num_heads
     rows = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=gl.SliceLayout(1, layout))
     cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
-    inside = rows < seqlen_q
+    if VARLEN:  # the views' one batch, the sequence's rows
+        q_start, _k_start, len_q, _len_k = _sequence(CU_Q, CU_Q, b, 0, 0, True)
+        pad_start = gl.load(CU_PAD + b)
+        ours = rows < gl.load(CU_PAD + b + 1) - pad_start  # rows of this sequence's padding
+        padded = h.to(gl.int64) * seqlen_pad + pad_start + rows
+        o_ptrs = OUT + h.to(gl.int64) * stride_oh
+        do_ptrs = DO + h.to(gl.int64) * stride_doh
+        lse_ptrs = LSE + h.to(gl.int64) * seqlen_q
+    else:
+        q_start = 0
+        len_q = seqlen_q
+        padded = bh.to(gl.int64) * seqlen_pad + rows
+        o_ptrs = OUT + (b.to(gl.int64) * stride_ob + h.to(gl.int64) * stride_oh)
+        do_ptrs = DO + (b.to(gl.int64) * stride_dob + h.to(gl.int64) * stride_doh)
+        lse_ptrs = LSE + bh.to(gl.int64) * seqlen_q
+    inside = rows < len_q
     mask = gl.expand_dims(inside, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
-    o_ptrs = OUT + (b.to(gl.int64) * stride_ob + h.to(gl.int64) * stride_oh)
-    o_ptrs = o_ptrs + gl.expand_dims(rows.to(gl.int64) * stride_os, 1) + gl.expand_dims(cols, 0)
-    do_ptrs = DO + (b.to(gl.int64) * stride_dob + h.to(gl.int64) * stride_doh)
-    do_ptrs = do_ptrs + gl.expand_dims(rows.to(gl.int64) * stride_dos, 1) + gl.expand_dims(cols, 0)
+    first = q_start + rows.to(gl.int64)
+    o_ptrs = o_ptrs + gl.expand_dims(first * stride_os, 1) + gl.expand_dims(cols, 0)
+    do_ptrs = do_ptrs + gl.expand_dims(first * stride_dos, 1) + gl.expand_dims(cols, 0)
     o = gl.load(o_ptrs, mask=mask, other=0.0).to(gl.float32)
     do = gl.load(do_ptrs, mask=mask, other=0.0).to(gl.float32)
     delta = gl.sum(o * do, axis=1)
-    lse = gl.load(LSE + bh.to(gl.int64) * seqlen_q + rows, mask=inside, other=float("inf"))
-    padded = bh.to(gl.int64) * seqlen_pad + rows
-    gl.store(DELTA + padded, delta * scale)
-    gl.store(LSE2 + padded, lse * LOG2E)
+    lse = gl.load(lse_ptrs + first, mask=inside, other=float("inf"))
+    if VARLEN:
+        gl.store(DELTA + padded, delta * scale, mask=ours)
+        gl.store(LSE2 + padded, lse * LOG2E, mask=ours)
+    else:
+        gl.store(DELTA + padded, delta * scale)
+        gl.store(LSE2 + padded, lse * LOG2E)
 
 
 # ---------------------------------------------------------------------------------------
@@ -242,11 +280,15 @@ def _dkdv_step(
 def _dkdv_consumer(
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bars, q_ready, do_ready, empty,
     dk_desc, dv_desc, num_kv_heads, bh, start_n, group, m_lo, n_m, qk_scale, scale,
+    DK, DV, stride_ks, stride_kh, CU_Q, CU_K,
     WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
+    VARLEN: gl.constexpr,
 ):  # fmt: skip
     """Consumer warpgroup ``WG``: dK and dV of key rows ``start_n + WG * 64`` to ``+ 64``
-    (``OVERLAP``: see :func:`_dkdv_step`)."""
+    (``OVERLAP``: see :func:`_dkdv_step`). ``VARLEN``: of sequence ``bh // num_kv_heads``;
+    ``DK``, ``DV`` and their (sequence, head) strides take the rows of a tile that runs past
+    its keys."""
     dtype: gl.constexpr = q_smem.dtype
     mma_s: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_M, 16]
@@ -279,12 +321,29 @@ def _dkdv_consumer(
     # computed here rather than kept live through the loop (registers are that tight).
     b = bh // num_kv_heads
     kv_h = bh % num_kv_heads
-    v.store(dv.to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(dv_desc, [b, kv_h, row0, 0], _box(v, dv_desc))
-    k.store(dk.to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(dk_desc, [b, kv_h, row0, 0], _box(k, dk_desc))
+    if VARLEN:
+        # The packed descriptors span every sequence: the rows past this one's keys are the
+        # next sequence's, so a tile that runs past them is stored row by row (a tile wholly
+        # past them, of a shorter sequence than the grid's longest, stores nothing). The
+        # offsets are read again here rather than kept live through the loop.
+        _q_start, k_start, _len_q, len_k = _sequence(CU_Q, CU_K, b, 0, 0, True)
+        v.store(dv.to(dtype))
+        k.store(dk.to(dtype))
+        if row0 + WG_ROWS <= len_k:
+            fence_async_shared()
+            tma.async_copy_shared_to_global(dv_desc, [0, kv_h, k_start + row0, 0], _box(v, dv_desc))
+            tma.async_copy_shared_to_global(dk_desc, [0, kv_h, k_start + row0, 0], _box(k, dk_desc))
+        else:
+            rows = len_k - row0
+            _store_rows(v, DV, k_start + row0, rows, kv_h, stride_ks, stride_kh, WG_ROWS, HEAD_DIM)
+            _store_rows(k, DK, k_start + row0, rows, kv_h, stride_ks, stride_kh, WG_ROWS, HEAD_DIM)
+    else:
+        v.store(dv.to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(dv_desc, [b, kv_h, row0, 0], _box(v, dv_desc))
+        k.store(dk.to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(dk_desc, [b, kv_h, row0, 0], _box(k, dk_desc))
     tma.store_wait(pendings=0)
 
 
@@ -292,16 +351,18 @@ def _dkdv_consumer(
 def _dkdv_producer(
     q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc,
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bars, q_ready, do_ready, empty,
-    b, kv_h, start_n, num_heads, group, m_lo, n_m,
+    b, kv_h, start_n, num_heads, group, m_lo, n_m, q_start, k_start, lse_start,
     BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
 ):  # fmt: skip
     """The load warp: each consumer's K and V rows, then the Q and dO tiles (with their
     lse₂ and delta rows) through the ring in the consumers' order: query heads of the
-    group, then query blocks."""
+    group, then query blocks. Packed sequences: ``b`` is 0 (the descriptors' one batch), the
+    sequence's rows start at packed rows ``q_start`` and ``k_start`` and its lse₂ and delta
+    at ``lse_start``."""
     for w in gl.static_range(2):
         bar = kv_bars.index(w)
         mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-        row = start_n + w * WG_ROWS
+        row = k_start + start_n + w * WG_ROWS
         tma.async_copy_global_to_shared(
             k_desc, [b, kv_h, row, 0], bar, _box(k_smem.index(w), k_desc)
         )
@@ -320,24 +381,29 @@ def _dkdv_producer(
         bar = q_ready.index(slot)
         mbarrier.expect(bar, q_desc.block_type.nbytes + lse_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
-            q_desc, [b, h, row, 0], bar, _box(q_smem.index(slot), q_desc)
+            q_desc, [b, h, q_start + row, 0], bar, _box(q_smem.index(slot), q_desc)
         )
-        tma.async_copy_global_to_shared(lse_desc, [bh, row], bar, lse_smem.index(slot))
+        # (The row is these boxes' innermost coordinate: TMA needs it 16-byte aligned, which
+        # the padded buffers' 128-row sequence starts give.)
+        tma.async_copy_global_to_shared(lse_desc, [bh, lse_start + row], bar, lse_smem.index(slot))
         bar = do_ready.index(slot)
         mbarrier.expect(bar, do_desc.block_type.nbytes + delta_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
-            do_desc, [b, h, row, 0], bar, _box(do_smem.index(slot), do_desc)
+            do_desc, [b, h, q_start + row, 0], bar, _box(do_smem.index(slot), do_desc)
         )
-        tma.async_copy_global_to_shared(delta_desc, [bh, row], bar, delta_smem.index(slot))
+        tma.async_copy_global_to_shared(
+            delta_desc, [bh, lse_start + row], bar, delta_smem.index(slot)
+        )
 
 
 @gluon.jit
 def _xrt_attn_bwd_dkdv_hopper(
     q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc,
     seqlen_q, num_kv_heads, group, qk_scale, scale, num_key_blocks, batch_kv_heads, section,
+    DK, DV, stride_ks, stride_kh, CU_Q, CU_K, CU_PAD,
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
     CAUSAL: gl.constexpr, LPT: gl.constexpr, OVERLAP: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, VARLEN: gl.constexpr,
 ):  # fmt: skip
     """One CTA per (128 keys, batch x key/value head); launch with num_warps=4 (consumer 0;
     consumer 1 and the producer warp are worker partitions). Boxes: Q and dO BLOCK_M rows,
@@ -345,7 +411,15 @@ def _xrt_attn_bwd_dkdv_hopper(
     (batch x heads, seqlen_pad) buffers. A 2-D grid (key blocks, batch x key/value heads),
     or with ``LPT`` a 1-D one of ``num_key_blocks * batch_kv_heads`` CTAs in L2 sections of
     ``section`` heads, key block 0 (causal: the most query blocks) first
-    (:func:`_block_and_head`)."""
+    (:func:`_block_and_head`).
+
+    ``VARLEN``: packed sequences on the 2-D grid (key blocks of the longest sequence,
+    sequences x key/value heads); the descriptors are over (1, heads, total rows, head_dim)
+    views of the packed rows, sequence ``i`` being rows ``CU_Q[i]:CU_Q[i+1]`` and
+    ``CU_K[i]:CU_K[i+1]``; lse₂ and delta are (heads, padded total) buffers, sequence ``i``
+    from row ``CU_PAD[i]`` (:func:`_xrt_attn_bwd_prep_hopper`); ``DK``, ``DV``,
+    ``stride_ks`` and ``stride_kh`` address the gradients' rows for tiles that end past
+    their sequence's keys."""
     BLOCK_N: gl.constexpr = 2 * WG_ROWS
     gl.static_assert(BLOCK_N % BLOCK_M == 0)  # the diagonal's query blocks tile the key block
     dtype: gl.constexpr = q_desc.dtype
@@ -353,7 +427,14 @@ def _xrt_attn_bwd_dkdv_hopper(
     b = bh // num_kv_heads
     kv_h = bh % num_kv_heads
     start_n = pid_n * BLOCK_N
-    n_m = gl.cdiv(seqlen_q, BLOCK_M)
+    q_start, k_start, len_q, len_k = _sequence(CU_Q, CU_K, b, seqlen_q, 0, VARLEN)
+    n_m = gl.cdiv(len_q, BLOCK_M)
+    if VARLEN:
+        n_m = gl.where(start_n < len_k, n_m, 0)  # a key block of a longer sequence: no step
+        lse_start = gl.load(CU_PAD + b)
+        b = 0  # the descriptors' one batch
+    else:
+        lse_start = 0
     # Causal: query blocks before the key block see none of it.
     m_lo = gl.minimum(start_n // BLOCK_M, n_m) if CAUSAL else 0
 
@@ -385,18 +466,20 @@ def _xrt_attn_bwd_dkdv_hopper(
             (_dkdv_consumer, (
                 k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bars, q_ready,
                 do_ready, empty, dk_desc, dv_desc, num_kv_heads, bh, start_n, group, m_lo,
-                n_m, qk_scale, scale, 0, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, OVERLAP,
+                n_m, qk_scale, scale, DK, DV, stride_ks, stride_kh, CU_Q, CU_K,
+                0, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, OVERLAP, VARLEN,
             )),
             (_dkdv_consumer, (
                 k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bars, q_ready,
                 do_ready, empty, dk_desc, dv_desc, num_kv_heads, bh, start_n, group, m_lo,
-                n_m, qk_scale, scale, 1, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, OVERLAP,
+                n_m, qk_scale, scale, DK, DV, stride_ks, stride_kh, CU_Q, CU_K,
+                1, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, OVERLAP, VARLEN,
             )),
             (_dkdv_producer, (
                 q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc,
                 k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bars, q_ready,
                 do_ready, empty, b, kv_h, start_n, num_kv_heads * group, group, m_lo, n_m,
-                BLOCK_M, NUM_STAGES,
+                q_start, k_start, lse_start, BLOCK_M, NUM_STAGES,
             )),
         ],
         [4, 1],
@@ -451,11 +534,14 @@ def _dq_blocks(
 def _dq_consumer(
     q_smem, do_smem, k_smem, v_smem, q_bars, k_ready, v_ready, empty,
     dq_desc, LSE2, DELTA, b, h, bh, start_m, seqlen_pad, seqlen_k, n_full, n_blocks,
-    qk_scale, scale,
+    qk_scale, scale, DQ, stride_qs, stride_qh, q_start, len_q, lse_start,
     WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, VARLEN: gl.constexpr,
 ):  # fmt: skip
-    """Consumer warpgroup ``WG``: dQ of query rows ``start_m + WG * 64`` to ``+ 64``."""
+    """Consumer warpgroup ``WG``: dQ of query rows ``start_m + WG * 64`` to ``+ 64``.
+    ``VARLEN``: of the sequence whose queries start at packed row ``q_start`` (``len_q`` of
+    them; ``b`` is 0, ``bh`` the head, and its lse₂ and delta start at ``lse_start``); ``DQ``
+    and its strides take the rows of a tile that runs past them."""
     dtype: gl.constexpr = q_smem.dtype
     mma_s: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
@@ -465,7 +551,7 @@ def _dq_consumer(
     )
     row0 = start_m + WG * WG_ROWS
     rows = row0 + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, mma_s))
-    padded = bh.to(gl.int64) * seqlen_pad + rows  # inside the padded buffers: no mask
+    padded = bh.to(gl.int64) * seqlen_pad + lse_start + rows  # inside the padded buffers
     lse2 = gl.load(LSE2 + padded)
     delta = gl.load(DELTA + padded)
     dq = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, layout=mma_dq)
@@ -482,22 +568,30 @@ def _dq_consumer(
     )  # fmt: skip
     # The query tile is free now (its last wgmma completed): stage dQ there.
     q.store(dq.to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(dq_desc, [b, h, row0, 0], _box(q, dq_desc))
+    if VARLEN:  # as the dK/dV kernel's stores: a tile past the sequence's end row by row
+        whole = row0 + WG_ROWS <= len_q
+    else:
+        whole: gl.constexpr = True
+    if whole:
+        fence_async_shared()
+        tma.async_copy_shared_to_global(dq_desc, [b, h, q_start + row0, 0], _box(q, dq_desc))
+    else:
+        _store_rows(q, DQ, q_start + row0, len_q - row0, h, stride_qs, stride_qh, WG_ROWS, HEAD_DIM)
     tma.store_wait(pendings=0)
 
 
 @gluon.jit
 def _dq_producer(
     q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem,
-    q_bars, k_ready, v_ready, empty, b, h, kv_h, start_m, n_blocks,
+    q_bars, k_ready, v_ready, empty, b, h, kv_h, start_m, n_blocks, q_start, k_start,
     BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
 ):  # fmt: skip
-    """The load warp: both consumers' Q and dO rows, then key and value tiles through the ring."""
+    """The load warp: both consumers' Q and dO rows, then key and value tiles through the
+    ring (packed sequences: from packed rows ``q_start`` and ``k_start``)."""
     for w in gl.static_range(2):
         bar = q_bars.index(w)
         mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
-        row = start_m + w * WG_ROWS
+        row = q_start + start_m + w * WG_ROWS
         tma.async_copy_global_to_shared(q_desc, [b, h, row, 0], bar, _box(q_smem.index(w), q_desc))
         tma.async_copy_global_to_shared(
             do_desc, [b, h, row, 0], bar, _box(do_smem.index(w), do_desc)
@@ -507,13 +601,14 @@ def _dq_producer(
         phase = (j // NUM_STAGES) & 1
         # A fresh "empty" barrier counts as completed for parity 1: the first pass is free.
         mbarrier.wait(empty.index(slot), phase ^ 1)
+        row = k_start + j * BLOCK_N
         mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
-            k_desc, [b, kv_h, j * BLOCK_N, 0], k_ready.index(slot), _box(k_smem.index(slot), k_desc)
+            k_desc, [b, kv_h, row, 0], k_ready.index(slot), _box(k_smem.index(slot), k_desc)
         )
         mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
-            v_desc, [b, kv_h, j * BLOCK_N, 0], v_ready.index(slot), _box(v_smem.index(slot), v_desc)
+            v_desc, [b, kv_h, row, 0], v_ready.index(slot), _box(v_smem.index(slot), v_desc)
         )
 
 
@@ -521,19 +616,26 @@ def _dq_producer(
 def _xrt_attn_bwd_dq_hopper(
     q_desc, k_desc, v_desc, do_desc, dq_desc, LSE2, DELTA,
     seqlen_pad, seqlen_k, num_heads, group, qk_scale, scale, batch_heads, section,
+    DQ, stride_qs, stride_qh, CU_Q, CU_K, CU_PAD,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
     CAUSAL: gl.constexpr, LPT: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-    PRODUCER_REGS: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr, VARLEN: gl.constexpr,
 ):  # fmt: skip
     """One CTA per (128 query rows, batch x query head); launch with num_warps=4.
     ``seqlen_k`` must be positive. The query/output-gradient/dQ boxes are 64 rows, the
     key/value boxes BLOCK_N; ``LSE2`` and ``DELTA`` are the prep kernel's padded
     (batch x heads, seqlen_pad) buffers (query rows past seqlen_q: lse₂ = +inf, so P = 0).
     A 2-D grid (query blocks, batch x heads), or with ``LPT`` a 1-D one of the same CTAs in
-    L2 sections of ``section`` heads (:func:`_block_and_head`)."""
+    L2 sections of ``section`` heads (:func:`_block_and_head`).
+
+    ``VARLEN``: packed sequences on the 2-D grid (query blocks of the longest sequence,
+    sequences x heads), as the dK/dV kernel's; ``LSE2`` and ``DELTA`` are (heads,
+    ``seqlen_pad``) buffers, sequence ``i`` from row ``CU_PAD[i]``, and ``DQ``,
+    ``stride_qs`` and ``stride_qh`` address dQ's rows for tiles that end past their
+    sequence."""
     BLOCK_M: gl.constexpr = 2 * WG_ROWS
     dtype: gl.constexpr = q_desc.dtype
-    num_m = seqlen_pad // BLOCK_M
+    num_m = gl.num_programs(0) if VARLEN else seqlen_pad // BLOCK_M
     pid_m, bh = _block_and_head(num_m, batch_heads, section, LPT)
     if CAUSAL:
         pid_m = num_m - 1 - pid_m  # the longest rows start first
@@ -541,13 +643,23 @@ def _xrt_attn_bwd_dq_hopper(
     h = bh % num_heads
     kv_h = h // group
     start_m = pid_m * BLOCK_M
+    q_start, k_start, len_q, len_k = _sequence(CU_Q, CU_K, b, 0, seqlen_k, VARLEN)
     if CAUSAL:
-        hi = gl.minimum(start_m + BLOCK_M, seqlen_k)
-        n_full = gl.minimum(start_m + 1, seqlen_k) // BLOCK_N
+        hi = gl.minimum(start_m + BLOCK_M, len_k)
+        n_full = gl.minimum(start_m + 1, len_k) // BLOCK_N
     else:
-        hi = seqlen_k
-        n_full = seqlen_k // BLOCK_N
+        hi = len_k
+        n_full = len_k // BLOCK_N
     n_blocks = gl.cdiv(hi, BLOCK_N)
+    if VARLEN:
+        # A query block of a longer sequence only: no key block (and nothing stored).
+        n_blocks = gl.where(start_m < len_q, n_blocks, 0)
+        n_full = gl.minimum(n_full, n_blocks)
+        lse_start = gl.load(CU_PAD + b)
+        b = 0  # the descriptors' one batch
+        bh = h  # the row of the lse₂ and delta buffers
+    else:
+        lse_start = 0
 
     tile_q: gl.constexpr = gl.NVMMASharedLayout(q_desc.layout.swizzle_byte_width, 16)
     tile_kv: gl.constexpr = gl.NVMMASharedLayout(k_desc.layout.swizzle_byte_width, 16)
@@ -572,18 +684,20 @@ def _xrt_attn_bwd_dq_hopper(
         [
             (_dq_consumer, (
                 q_smem, do_smem, k_smem, v_smem, q_bars, k_ready, v_ready, empty,
-                dq_desc, LSE2, DELTA, b, h, bh, start_m, seqlen_pad, seqlen_k, n_full, n_blocks,
-                qk_scale, scale, 0, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL,
+                dq_desc, LSE2, DELTA, b, h, bh, start_m, seqlen_pad, len_k, n_full, n_blocks,
+                qk_scale, scale, DQ, stride_qs, stride_qh, q_start, len_q, lse_start,
+                0, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL, VARLEN,
             )),
             (_dq_consumer, (
                 q_smem, do_smem, k_smem, v_smem, q_bars, k_ready, v_ready, empty,
-                dq_desc, LSE2, DELTA, b, h, bh, start_m, seqlen_pad, seqlen_k, n_full, n_blocks,
-                qk_scale, scale, 1, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL,
+                dq_desc, LSE2, DELTA, b, h, bh, start_m, seqlen_pad, len_k, n_full, n_blocks,
+                qk_scale, scale, DQ, stride_qs, stride_qh, q_start, len_q, lse_start,
+                1, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL, VARLEN,
             )),
             (_dq_producer, (
                 q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem,
-                q_bars, k_ready, v_ready, empty, b, h, kv_h, start_m, n_blocks,
-                BLOCK_N, NUM_STAGES,
+                q_bars, k_ready, v_ready, empty, b, h, kv_h, start_m, n_blocks, q_start,
+                k_start, BLOCK_N, NUM_STAGES,
             )),
         ],
         [4, 1],
@@ -905,7 +1019,7 @@ def _xrt_attn_bwd_fused_hopper(
                 q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc,
                 k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bars, q_ready,
                 do_ready, empty, b, kv_h, start_n, num_kv_heads * group, group, m_lo, n_m,
-                BLOCK_M, NUM_STAGES,
+                0, 0, 0, BLOCK_M, NUM_STAGES,
             )),
         ],
         [4, 1],

@@ -9,7 +9,8 @@ and lse · log2(e) into buffers padded to 128 query rows:
   reductions); a last small launch converts it into dQ. The order of the float32 additions
   varies from run to run, so dQ is not bitwise reproducible.
 - *deterministic*: the dK/dV kernel, then a dQ kernel that recomputes S and dP (7 GEMMs per
-  block pair, no atomics).
+  block pair, no atomics). Packed variable-length sequences always take this path, on 2-D
+  grids.
 
 Which runs: the variant named (argument, else ``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT``),
 else the default of the head size and mask, measured on an H200 (``_DEFAULT``: fused at head
@@ -52,6 +53,7 @@ from xpuruntime.kernels.attention import gluon_launch
 from xpuruntime.kernels.attention.hopper import (
     _check,
     _descriptor,
+    _packed_lengths,
     _tma_ready,
     l2_section,
     tma_addressable,
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HEAD_DIMS",
+    "PACKED_CAUSAL_MIN_ROWS",
     "VARIANT_ENV",
     "BwdVariant",
     "FusedVariant",
@@ -168,6 +171,14 @@ _DETERMINISTIC_DEFAULT: dict[tuple[int, bool], str] = {
     (128, True): "m64s2n64s2_l",
 }
 HEAD_DIMS = tuple(_FUSED)
+#: Packed causal batches whose longest sequence has fewer query rows run xrt_flash's Triton
+#: varlen backward instead (:func:`.launch.hopper_backward_plan`). On an H200
+#: (``benchmarks/attention_varlen_backward.py``, 16k tokens, GQA 4:1, bfloat16) the Gluon
+#: kernels' 2-D grids took 1.02x / 1.11x xrt_flash's time at head size 64 / 128 with causal
+#: sequences of mean 512 (longest 841 / 873), where most of a short sequence's CTAs find
+#: no work, and 0.91x / 0.85x with mean 2048 (longest 3017 / 3356); full attention was
+#: faster at both lengths (0.78-0.96x).
+PACKED_CAUSAL_MIN_ROWS = 1024
 
 
 def variant_names(head_dim: int) -> tuple[str, ...]:
@@ -218,26 +229,72 @@ def parse_variant(name: str) -> FusedVariant | BwdVariant:
 
 
 def choose_variant(
-    head_dim: int, *, causal: bool, deterministic: bool, given: str | None = None
+    head_dim: int,
+    *,
+    causal: bool,
+    deterministic: bool,
+    given: str | None = None,
+    packed: bool = False,
 ) -> tuple[FusedVariant | BwdVariant, str]:
     """(the variant that runs, where it comes from): ``given``, else
     ``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT``, else the default of the head size and mask
     (``"default"``). Under ``deterministic`` a fused variant, named or default, gives way to
-    the deterministic default, and the second value says so when it was named."""
+    the deterministic default, and the second value says so when it was named. ``packed``
+    (variable-length sequences), which only the deterministic kernels' 2-D grids take: a
+    fused variant gives way to the deterministic default as under ``deterministic``, and an
+    ``_l`` one runs as its 2-D twin (the second value says so when it was named)."""
     name, origin = given, "given"
     if not name and os.environ.get(VARIANT_ENV):
         name, origin = os.environ[VARIANT_ENV], f"from {VARIANT_ENV}"
     if not name:
         name, origin = _DEFAULT[head_dim, causal], "default"
     chosen = parse_variant(name)
-    if deterministic and isinstance(chosen, FusedVariant):
-        passed = "" if origin == "default" else f"; {name} {origin} is fused, not deterministic"
-        return parse_variant(_DETERMINISTIC_DEFAULT[head_dim, causal]), f"default{passed}"
+    if (deterministic or packed) and isinstance(chosen, FusedVariant):
+        why = "not deterministic" if deterministic else "packed sequences take deterministic ones"
+        passed = "" if origin == "default" else f"; {name} {origin} is fused, {why}"
+        chosen, origin = parse_variant(_DETERMINISTIC_DEFAULT[head_dim, causal]), f"default{passed}"
+    if packed and chosen.lpt:
+        chosen = dataclasses.replace(chosen, lpt=False)
+        if not origin.startswith("default"):
+            origin += " (its 2-D grids on packed sequences)"
     return chosen, origin
 
 
+@dataclass(frozen=True)
+class _Packed:
+    """A packed batch of variable-length sequences: offsets, the longest lengths (the
+    grids'), and where each sequence's rows of the lse₂ and delta buffers start (``cu_pad``:
+    query counts rounded up to 128 rows, so that every sequence starts on a row TMA can load
+    from and has a dense call's padding) in buffers of ``pad_rows`` rows."""
+
+    cu_q: torch.Tensor
+    cu_k: torch.Tensor
+    max_q: int
+    max_k: int
+    cu_pad: torch.Tensor
+    pad_rows: int
+
+    @property
+    def batch(self) -> int:
+        return self.cu_q.numel() - 1
+
+
+def _padded(
+    cu_q: torch.Tensor, cu_k: torch.Tensor, max_q: int, max_k: int, total_q: int
+) -> _Packed:
+    """:class:`_Packed` of checked offsets; ``cu_pad`` is computed on the current stream,
+    ``pad_rows`` bounds the padded lengths' sum without reading the offsets (no sync)."""
+    import torch
+
+    lengths = (cu_q[1:] - cu_q[:-1] + _CTA_ROWS - 1) // _CTA_ROWS * _CTA_ROWS
+    cu_pad = torch.zeros_like(cu_q)
+    cu_pad[1:] = torch.cumsum(lengths, 0, dtype=torch.int32)
+    rows = (math.ceil(total_q / _CTA_ROWS) + cu_q.numel() - 1) * _CTA_ROWS
+    return _Packed(cu_q, cu_k, max_q, max_k, cu_pad, rows)
+
+
 def _check_like(name: str, x: torch.Tensor, q: torch.Tensor) -> None:
-    if x.shape != q.shape or x.dtype != q.dtype or x.device != q.device or x.stride(3) != 1:
+    if x.shape != q.shape or x.dtype != q.dtype or x.device != q.device or x.stride(-1) != 1:
         raise InvalidArgumentError(
             f"hopper attention backward: {name} is {tuple(x.shape)} {x.dtype} on {x.device}; it "
             f"must be the query's {tuple(q.shape)} {q.dtype} on {q.device}, unit-stride in the "
@@ -245,10 +302,10 @@ def _check_like(name: str, x: torch.Tensor, q: torch.Tensor) -> None:
         )
 
 
-def _check_lse(lse: torch.Tensor, q: torch.Tensor) -> None:
+def _check_lse(lse: torch.Tensor, q: torch.Tensor, packed: bool) -> None:
     import torch
 
-    expected = (q.shape[0], q.shape[1], q.shape[2])
+    expected = (q.shape[1], q.shape[0]) if packed else (q.shape[0], q.shape[1], q.shape[2])
     if tuple(lse.shape) != expected or lse.dtype != torch.float32 or lse.device != q.device:
         raise InvalidArgumentError(
             f"hopper attention backward: lse is {tuple(lse.shape)} {lse.dtype} on {lse.device}; "
@@ -277,6 +334,10 @@ def hopper_attention_backward(
     variant: str | None = None,
     deterministic: bool = False,
     stream: int | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of softmax(scale · Q Kᵀ) V for the output gradient ``grad_out``.
 
@@ -290,15 +351,30 @@ def hopper_attention_backward(
     keeps to the
     deterministic path (:func:`choose_variant`); ``stream`` (a raw ``cudaStream_t``;
     default: the current stream) is the stream the work runs on.
+
+    Packed variable-length batches, as :func:`.hopper.hopper_attention_forward_run` takes
+    them: with ``cu_seqlens_q``/``cu_seqlens_k`` the query, ``out`` and ``grad_out`` are
+    (total_q, heads, head_dim), the key and value (total_k, kv_heads, head_dim), ``lse``
+    (heads, total_q), and the gradients come packed the same way, zero in rows of no
+    sequence; ``max_seqlen_q``/``max_seqlen_k`` size the grids (read from the offsets when
+    not given: a device sync). They run the deterministic kernels on 2-D grids (a fused or
+    ``_l`` variant, named or default, gives way: :func:`choose_variant`), and read the rows
+    after a sequence's end with weight 0, as the forward does: those must be finite.
     """
     import torch
 
-    _check(q, k, v)
+    offsets = None
+    if cu_seqlens_q is not None or cu_seqlens_k is not None:
+        offsets = _packed_lengths(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    _check(q, k, v, offsets is not None)
     _check_like("grad_out", grad_out, q)
     _check_like("out", out, q)
-    _check_lse(lse, q)
-    batch, heads, seqlen_q, head_dim = q.shape
-    seqlen_k = k.shape[2]
+    _check_lse(lse, q, offsets is not None)
+    head_dim = q.shape[-1]
+    if offsets is not None:
+        batch, heads, seqlen_q, seqlen_k = offsets[0].numel() - 1, q.shape[1], *offsets[2:]
+    else:
+        batch, heads, seqlen_q, seqlen_k = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     if head_dim not in _FUSED:
         raise UnsupportedOperationError(
             f"hopper attention backward supports head sizes {', '.join(map(str, HEAD_DIMS))}, "
@@ -310,20 +386,37 @@ def hopper_attention_backward(
             "is past CUDA's 65535 limit on a grid's y dimension"
         )
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
-    config, _ = choose_variant(head_dim, causal=causal, deterministic=deterministic, given=variant)
+    config, _ = choose_variant(
+        head_dim, causal=causal, deterministic=deterministic, given=variant,
+        packed=offsets is not None,
+    )  # fmt: skip
     from xpuruntime.kernels.attention.streams import on_device
 
     with on_device(q.device, stream):
-        q, k, v, grad_out = (_tma_ready(x) for x in (q, k, v, grad_out))
-        dq, dk, dv = (_gradient_like(x) for x in (q, k, v))
-        if batch * heads == 0 or seqlen_q == 0 or seqlen_k == 0:
-            return dq.zero_(), dk.zero_(), dv.zero_()
-        seqlen_pad = math.ceil(seqlen_q / _CTA_ROWS) * _CTA_ROWS
+        packed = None
+        if offsets is not None:
+            # Zeros: the kernels store the sequences' rows only.
+            grads = [torch.zeros(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v)]
+            if batch * heads == 0 or seqlen_q == 0 or seqlen_k == 0:
+                return grads[0], grads[1], grads[2]
+            # The kernels' 4-D views, (1, heads, total, head_dim).
+            q, k, v, grad_out = (_tma_ready(_rows_as_heads(x)) for x in (q, k, v, grad_out))
+            out, (dq, dk, dv) = _rows_as_heads(out), (_rows_as_heads(g) for g in grads)
+            packed = _padded(*offsets, total_q=q.shape[2])
+            seqlen_pad = packed.pad_rows
+            rows = heads  # of the lse₂ and delta buffers: one per head, sequences padded
+            lse = lse.unsqueeze(0)
+        else:
+            q, k, v, grad_out = (_tma_ready(x) for x in (q, k, v, grad_out))
+            dq, dk, dv = grads = [_gradient_like(x) for x in (q, k, v)]
+            if batch * heads == 0 or seqlen_q == 0 or seqlen_k == 0:
+                return dq.zero_(), dk.zero_(), dv.zero_()
+            seqlen_pad = math.ceil(seqlen_q / _CTA_ROWS) * _CTA_ROWS
+            rows = batch * heads
         lse2, delta = (
-            torch.empty((batch * heads, seqlen_pad), dtype=torch.float32, device=q.device)
-            for _ in range(2)
+            torch.empty((rows, seqlen_pad), dtype=torch.float32, device=q.device) for _ in range(2)
         )
-        _launch_prep(out, grad_out, lse.contiguous(), lse2, delta, scale)
+        _launch_prep(out, grad_out, lse.contiguous(), lse2, delta, scale, packed)
         if isinstance(config, FusedVariant) and batch * heads * seqlen_pad >= 2**31:
             # The reduce-add's row coordinate is 32-bit: the vector reductions take over
             # (without the overlapped steps, which are written for the reduce-add's).
@@ -335,9 +428,15 @@ def hopper_attention_backward(
             _launch_fused(config, q, k, v, grad_out, dk, dv, dq_acc, lse2, delta, causal, scale)
             _launch_convert(dq_acc, dq)
         else:
-            _launch_dkdv(config, q, k, v, grad_out, dk, dv, lse2, delta, causal, scale)
-            _launch_dq(config, q, k, v, grad_out, dq, lse2, delta, causal, scale)
-    return dq, dk, dv
+            _launch_dkdv(config, q, k, v, grad_out, dk, dv, lse2, delta, causal, scale, packed)
+            _launch_dq(config, q, k, v, grad_out, dq, lse2, delta, causal, scale, packed)
+    return grads[0], grads[1], grads[2]
+
+
+def _rows_as_heads(x: torch.Tensor) -> torch.Tensor:
+    """The kernels' 4-D view of packed (total, heads, head_dim) rows: (1, heads, total,
+    head_dim)."""
+    return x.transpose(0, 1).unsqueeze(0)
 
 
 def _launch_prep(
@@ -347,21 +446,27 @@ def _launch_prep(
     lse2: torch.Tensor,
     delta: torch.Tensor,
     scale: float,
+    packed: _Packed | None,
 ) -> None:
+    """The prep kernel on 4-D views (packed: (1, heads, total, head_dim), the log-sum-exp
+    (1, heads, total), one program row per (sequence, head) over its padded rows)."""
     from xpuruntime.kernels.attention import _hopper_bwd_kernels
 
     batch, heads, seqlen_q, head_dim = out.shape
     block = 64
+    if packed is not None:
+        grid = (math.ceil(packed.max_q / _CTA_ROWS) * _CTA_ROWS // block, packed.batch * heads)
+        offsets = (packed.cu_q, packed.cu_pad)
+    else:
+        grid, offsets = (delta.shape[1] // block, batch * heads), (delta, delta)  # unused
     args = (
         out, grad_out, lse, lse2, delta,
         out.stride(0), out.stride(1), out.stride(2),
         grad_out.stride(0), grad_out.stride(1), grad_out.stride(2),
-        seqlen_q, delta.shape[1], heads, scale,
+        seqlen_q, delta.shape[1], heads, scale, *offsets,
     )  # fmt: skip
-    gluon_launch.launch(
-        _hopper_bwd_kernels._xrt_attn_bwd_prep_hopper, (delta.shape[1] // block, batch * heads),
-        args, {"HEAD_DIM": head_dim, "BLOCK": block},
-    )  # fmt: skip
+    constants = {"HEAD_DIM": head_dim, "BLOCK": block, "VARLEN": packed is not None}
+    gluon_launch.launch(_hopper_bwd_kernels._xrt_attn_bwd_prep_hopper, grid, args, constants)
 
 
 @functools.cache
@@ -423,13 +528,23 @@ def _launch_dkdv(
     delta: torch.Tensor,
     causal: bool,
     scale: float,
+    packed: _Packed | None,
 ) -> None:
+    """The dK/dV kernel on 4-D views (packed: (1, heads, total, head_dim), on the 2-D grid
+    of the longest sequence's key blocks)."""
     from xpuruntime.kernels.attention import _hopper_bwd_kernels
 
     _, heads, seqlen_q, head_dim = q.shape
     kv_heads = k.shape[1]
     rows = config.dkdv_block_m
-    grid, order = _key_block_grid(config, q, k)
+    grid: tuple[int, ...]
+    if packed is not None:
+        blocks = math.ceil(packed.max_k / _CTA_ROWS)
+        grid, order = (blocks, packed.batch * kv_heads), (blocks, packed.batch * kv_heads, 1)
+        seqlen_q, offsets = packed.max_q, (packed.cu_q, packed.cu_k, packed.cu_pad)
+    else:
+        grid, order = _key_block_grid(config, q, k)
+        offsets = (delta, delta, delta)  # unused when dense
     args = (
         _descriptor(q, rows),
         _descriptor(k, _WG_ROWS),
@@ -445,6 +560,11 @@ def _launch_dkdv(
         scale * _LOG2E,
         scale,
         *order,
+        dk,
+        dv,
+        dk.stride(2),
+        dk.stride(1),
+        *offsets,
     )
     constants = {
         "HEAD_DIM": head_dim,
@@ -455,6 +575,7 @@ def _launch_dkdv(
         "OVERLAP": config.dkdv_overlap,
         "CONSUMER_REGS": config.consumer_regs,
         "PRODUCER_REGS": config.producer_regs,
+        "VARLEN": packed is not None,
     }
     gluon_launch.launch(_hopper_bwd_kernels._xrt_attn_bwd_dkdv_hopper, grid, args, constants)
 
@@ -544,19 +665,30 @@ def _launch_dq(
     delta: torch.Tensor,
     causal: bool,
     scale: float,
+    packed: _Packed | None,
 ) -> None:
+    """The dQ kernel on 4-D views (packed: as :func:`_launch_dkdv`'s, on the 2-D grid of
+    the longest sequence's query blocks)."""
     from xpuruntime.kernels.attention import _hopper_bwd_kernels
 
     batch, heads, seqlen_q, head_dim = q.shape
     kv_heads, seqlen_k = k.shape[1], k.shape[2]
     keys = config.dq_block_n
-    # One CTA per 128 query rows of each (batch, head), streaming its key/value head's keys
-    # and values (the kernel derives the block count from the padded buffers' length).
-    kv_bytes = 2 * seqlen_k * head_dim * k.element_size()
-    query_blocks = math.ceil(seqlen_q / _CTA_ROWS)
-    grid, (_, batch_heads, section) = _block_grid(
-        config, query_blocks, batch * heads, kv_bytes, heads // kv_heads
-    )
+    grid: tuple[int, ...]
+    if packed is not None:
+        blocks = math.ceil(packed.max_q / _CTA_ROWS)
+        grid, batch_heads, section = (blocks, packed.batch * heads), packed.batch * heads, 1
+        seqlen_k, offsets = packed.max_k, (packed.cu_q, packed.cu_k, packed.cu_pad)
+    else:
+        # One CTA per 128 query rows of each (batch, head), streaming its key/value head's
+        # keys and values (the kernel derives the block count from the padded buffers'
+        # length).
+        kv_bytes = 2 * seqlen_k * head_dim * k.element_size()
+        query_blocks = math.ceil(seqlen_q / _CTA_ROWS)
+        grid, (_, batch_heads, section) = _block_grid(
+            config, query_blocks, batch * heads, kv_bytes, heads // kv_heads
+        )
+        offsets = (delta, delta, delta)  # unused when dense
     args = (
         _descriptor(q, _WG_ROWS),
         _descriptor(k, keys),
@@ -573,6 +705,10 @@ def _launch_dq(
         scale,
         batch_heads,
         section,
+        dq,
+        dq.stride(2),
+        dq.stride(1),
+        *offsets,
     )
     constants = {
         "HEAD_DIM": head_dim,
@@ -582,5 +718,6 @@ def _launch_dq(
         "LPT": config.lpt,
         "CONSUMER_REGS": config.consumer_regs,
         "PRODUCER_REGS": config.producer_regs,
+        "VARLEN": packed is not None,
     }
     gluon_launch.launch(_hopper_bwd_kernels._xrt_attn_bwd_dq_hopper, grid, args, constants)

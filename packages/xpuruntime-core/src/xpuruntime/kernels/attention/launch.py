@@ -52,7 +52,6 @@ _INT32_MAX = 2**31 - 1
 #: parenthesis after it says which of its paths runs and why (:func:`hopper_backward_plan`).
 HOPPER_BACKWARD = "backward: gluon hopper backward"
 #: Why packed sequences (cu_seqlens) take xrt_flash's backward after the Hopper forward.
-HOPPER_PACKED = "the Gluon Hopper backward takes dense batches only"
 
 
 @dataclass(frozen=True)
@@ -500,9 +499,10 @@ def backward(
     return dq, dk, dv, "triton backward " + detail
 
 
-def _hopper_backward_unsupported(q: torch.Tensor, layout: Layout) -> str:
+def _hopper_backward_unsupported(q: torch.Tensor, layout: Layout, batch: int) -> str:
     """'' when the Gluon Hopper backward (:mod:`.hopper_bwd`) takes these inputs, else why not
-    (its own checks, read before the launch so that the call can go to xrt_flash instead)."""
+    (its own checks, read before the launch so that the call can go to xrt_flash instead);
+    ``batch``: the number of sequences."""
 
     sizes = " and ".join(map(str, hopper_bwd.HEAD_DIMS))
     if q.dtype not in (torch.bfloat16, torch.float16):
@@ -514,33 +514,49 @@ def _hopper_backward_unsupported(q: torch.Tensor, layout: Layout) -> str:
     major, minor = hopper._capability(q.device.index if q.device.index is not None else -1)
     if (major, minor) != (9, 0):
         return f"the Hopper backward runs on sm_90 GPUs, not compute capability {major}.{minor}"
-    batch, heads = q.shape[0], q.shape[2 if layout == "bshd" else 1]
+    heads = q.shape[2 if layout == "bshd" else 1]
     if batch * heads > 65535:  # its grids' second dimension
         return f"the Hopper backward launches at most 65535 (batch, head) rows, not {batch * heads}"
     return ""
 
 
-def hopper_backward_plan(q: torch.Tensor, *, causal: bool, layout: Layout) -> tuple[bool, str]:
+def hopper_backward_plan(
+    q: torch.Tensor, *, causal: bool, layout: Layout, varlen: Varlen | None = None
+) -> tuple[bool, str]:
     """(whether :func:`hopper_backward` runs the Gluon Hopper backward on this query, how its
     detail begins: which backward runs and why). The Gluon backward runs its fused kernel (dQ
     added with float32 atomics) or its deterministic kernels, per head size and mask as
     measured (:func:`.hopper_bwd.choose_variant`); under ``torch.use_deterministic_algorithms``
-    always the deterministic ones."""
-    if layout == "thd":
-        return False, f"backward: xrt_flash's Triton kernels ({HOPPER_PACKED})"
-    reason = _hopper_backward_unsupported(q, layout)
+    and on packed sequences (``layout="thd"`` with ``varlen``) always the deterministic
+    ones, on packed sequences on 2-D grids. Packed causal batches whose longest sequence is
+    shorter than :data:`.hopper_bwd.PACKED_CAUSAL_MIN_ROWS` run xrt_flash's Triton backward,
+    measured faster there."""
+    packed = layout == "thd"
+    batch = (varlen.cu_seqlens_q.numel() - 1 if varlen is not None else 1) if packed else q.shape[0]
+    reason = _hopper_backward_unsupported(q, layout, batch)
+    rows = varlen.max_seqlen_q if varlen is not None else 0
+    if not reason and packed and causal and rows < hopper_bwd.PACKED_CAUSAL_MIN_ROWS:
+        reason = (
+            f"packed causal sequences of at most {rows} query rows: there the Gluon Hopper "
+            "backward measured slower than xrt_flash's, below "
+            f"{hopper_bwd.PACKED_CAUSAL_MIN_ROWS}"
+        )
     if reason:
         return False, f"backward: xrt_flash's Triton kernels ({reason})"
     deterministic = torch.are_deterministic_algorithms_enabled()
     try:
         variant, origin = hopper_bwd.choose_variant(
-            q.shape[-1], causal=causal, deterministic=deterministic
+            q.shape[-1], causal=causal, deterministic=deterministic, packed=packed
         )
     except XpuRuntimeError as error:  # a malformed variant name: the backward itself raises
         return True, f"{HOPPER_BACKWARD} ({error})"
     named = "" if origin.startswith("default") else f"; variant {variant.name} {origin}"
     if isinstance(variant, hopper_bwd.FusedVariant):
         path = f"fused dK/dV/dQ, fp32 atomic dQ; nondeterministic{named}"
+    elif packed:
+        passed = origin.partition("; ")[2]  # a fused variant named, passed over
+        path = "dK/dV + dQ kernels, deterministic, on 2-D grids: packed sequences take these"
+        path += f"; {passed}" if passed else named
     elif deterministic:
         passed = origin.partition("; ")[2]  # a fused variant named, passed over
         path = "dK/dV + dQ kernels, deterministic: torch.use_deterministic_algorithms is on"
@@ -572,10 +588,10 @@ def hopper_backward(
     stream: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, str]:
     """:func:`backward`'s contract after an ``xrt_flash_hopper`` forward: the Gluon Hopper
-    backward (:mod:`.hopper_bwd`) where it takes the call, else xrt_flash's Triton backward
-    on the same log-sum-exp (packed sequences, ``layout="thd"`` with ``varlen``, always);
-    the detail says which ran (:func:`hopper_backward_plan`)."""
-    gluon, plan = hopper_backward_plan(q, causal=causal, layout=layout)
+    backward (:mod:`.hopper_bwd`; packed sequences too, ``layout="thd"`` with ``varlen``)
+    where it takes the call, else xrt_flash's Triton backward on the same log-sum-exp; the
+    detail says which ran (:func:`hopper_backward_plan`)."""
+    gluon, plan = hopper_backward_plan(q, causal=causal, layout=layout, varlen=varlen)
     if not gluon:
         dq, dk, dv, detail = backward(
             grad_out, q, k, v, out, lse, causal=causal, scale=scale, layout=layout,
@@ -584,11 +600,17 @@ def hopper_backward(
         return dq, dk, dv, f"{plan}; {detail}"
 
     grad_out, q, k, v, out = (_inner_contiguous(x) for x in (grad_out, q, k, v, out))
+    packed: dict[str, Any] = {}
+    if varlen is not None:
+        packed = {
+            "cu_seqlens_q": varlen.cu_seqlens_q, "cu_seqlens_k": varlen.cu_seqlens_k,
+            "max_seqlen_q": varlen.max_seqlen_q, "max_seqlen_k": varlen.max_seqlen_k,
+        }  # fmt: skip
     grads = hopper_bwd.hopper_attention_backward(
         _bhsd(layout, grad_out), _bhsd(layout, q), _bhsd(layout, k), _bhsd(layout, v),
         _bhsd(layout, out), lse,
         causal=causal, scale=scale, deterministic=torch.are_deterministic_algorithms_enabled(),
-        stream=stream,
+        stream=stream, **packed,
     )  # fmt: skip
     # Its gradients keep the inputs' strides where TMA can store to them; the contract here
     # is contiguous in the layout (what the custom ops' fakes promise), so others are copied.
