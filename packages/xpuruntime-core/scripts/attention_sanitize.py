@@ -93,17 +93,17 @@ def hopper(
 def hopper_packed(causal: bool) -> None:
     """The Gluon Hopper forward and backward on packed sequences (the backward's deterministic
     kernels on 2-D grids): sequences ending inside tiles, an empty one, more keys than
-    queries, GQA 4:1, rows of no sequence at the end."""
+    queries, GQA 4:1, rows of no sequence at the end; the longest sequence last, then first
+    (the grid's CTAs past a short last sequence's end must read nothing)."""
     from xpuruntime.kernels.attention import hopper_bwd
     from xpuruntime.kernels.attention.hopper import hopper_attention_forward
-
-    lens_q, lens_k = [70, 0, 129, 1, 300], [90, 5, 129, 1, 250]
 
     def offsets(lens: list[int]) -> torch.Tensor:
         return torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], device="cuda").int()
 
-    cu_q, cu_k = offsets(lens_q), offsets(lens_k)
-    for dim in (64, 128):
+    lens_q, lens_k = [70, 0, 129, 1, 300], [90, 5, 129, 1, 250]
+    for dim, order in ((64, 1), (128, 1), (128, -1)):
+        cu_q, cu_k = offsets(lens_q[::order]), offsets(lens_k[::order])
         q = torch.randn(sum(lens_q) + 9, 8, dim, device="cuda", dtype=torch.bfloat16)
         k, v = (
             torch.randn(sum(lens_k) + 9, 2, dim, device="cuda", dtype=torch.bfloat16)

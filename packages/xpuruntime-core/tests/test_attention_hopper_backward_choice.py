@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 
@@ -236,22 +236,26 @@ PACKED = (
 )
 
 
+@pytest.fixture
+def backward_kwargs(gluon_backward: list[bool], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The keyword arguments of the last call of :func:`gluon_backward`'s stand-in."""
+    passed: dict[str, Any] = {}
+    stand_in = hopper_bwd.hopper_attention_backward
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        passed.update(kwargs)
+        return stand_in(*args, **kwargs)
+
+    monkeypatch.setattr(hopper_bwd, "hopper_attention_backward", recording)
+    return passed
+
+
 def test_packed_sequences_take_the_deterministic_kernels_on_2d_grids(
-    gluon_backward: list[bool], monkeypatch: pytest.MonkeyPatch
+    backward_kwargs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Packed sequences (``layout="thd"``) run the deterministic kernels on 2-D grids, whether
     the default is fused, named fused or named with ``_l``, and the detail says so; their
     offsets reach the backward."""
-    passed: dict[str, object] = {}
-
-    def stand_in(
-        grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-        *args: object, **kwargs: object,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
-        passed.update(kwargs)
-        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-
-    monkeypatch.setattr(hopper_bwd, "hopper_attention_backward", stand_in)
     q = torch.zeros(10, 2, 128, dtype=torch.bfloat16)
     cu = torch.tensor([0, 4, 10], dtype=torch.int32)
     # (The stand-in reads no offsets: the longest lengths are what the plan goes by.)
@@ -265,8 +269,8 @@ def test_packed_sequences_take_the_deterministic_kernels_on_2d_grids(
         return detail
 
     assert run() == PACKED  # the default here is fused (the fixture)
-    assert passed["cu_seqlens_q"] is cu
-    assert passed["max_seqlen_q"] == 2048
+    assert backward_kwargs["cu_seqlens_q"] is cu
+    assert backward_kwargs["max_seqlen_q"] == 2048
     variant, origin = hopper_bwd.choose_variant(128, causal=True, deterministic=False, packed=True)
     assert (variant.name, origin) == ("m64s2n64s2", "default")
     monkeypatch.setenv(hopper_bwd.VARIANT_ENV, "fm64s2c")
@@ -287,6 +291,23 @@ def test_packed_sequences_take_the_deterministic_kernels_on_2d_grids(
         hopper_bwd.choose_variant(128, causal=True, deterministic=False, packed=True)[0].name
         == "m64s2n64s2"
     )
+
+
+@pytest.mark.usefixtures("deterministic_algorithms")
+def test_packed_sequences_under_deterministic_algorithms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under deterministic algorithms packed sequences run the same deterministic kernels,
+    and the detail is the packed one (the setting changes nothing there)."""
+    monkeypatch.setattr(launch, "_hopper_backward_unsupported", lambda q, layout, batch: "")
+    monkeypatch.delenv(hopper_bwd.VARIANT_ENV, raising=False)
+    q = torch.zeros(10, 2, 64, dtype=torch.bfloat16)
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+    varlen = launch.Varlen(cu, cu, 2048, 2048)
+    for causal in (False, True):
+        plan = launch.hopper_backward_plan(q, causal=causal, layout="thd", varlen=varlen)
+        assert plan == (True, PACKED)
+        variant, _ = hopper_bwd.choose_variant(64, causal=causal, deterministic=True, packed=True)
+        assert isinstance(variant, hopper_bwd.BwdVariant)
+        assert not variant.lpt
 
 
 def test_short_packed_causal_sequences_run_the_triton_backward(

@@ -147,7 +147,8 @@ def _xrt_attn_bwd_prep_hopper(
     rows = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=gl.SliceLayout(1, layout))
     cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
     if VARLEN:  # the views' one batch, the sequence's rows
-        q_start, _k_start, len_q, _len_k = _sequence(CU_Q, CU_Q, b, 0, 0, True)
+        q_start = gl.load(CU_Q + b)
+        len_q = gl.load(CU_Q + b + 1) - q_start
         pad_start = gl.load(CU_PAD + b)
         ours = rows < gl.load(CU_PAD + b + 1) - pad_start  # rows of this sequence's padding
         padded = h.to(gl.int64) * seqlen_pad + pad_start + rows
@@ -287,8 +288,8 @@ def _dkdv_consumer(
 ):  # fmt: skip
     """Consumer warpgroup ``WG``: dK and dV of key rows ``start_n + WG * 64`` to ``+ 64``
     (``OVERLAP``: see :func:`_dkdv_step`). ``VARLEN``: of sequence ``bh // num_kv_heads``;
-    ``DK``, ``DV`` and their (sequence, head) strides take the rows of a tile that runs past
-    its keys."""
+    ``DK``, ``DV`` and their (row, head) strides take the rows of a tile that runs past its
+    keys."""
     dtype: gl.constexpr = q_smem.dtype
     mma_s: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_M, 16]
@@ -551,9 +552,16 @@ def _dq_consumer(
     )
     row0 = start_m + WG * WG_ROWS
     rows = row0 + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, mma_s))
-    padded = bh.to(gl.int64) * seqlen_pad + lse_start + rows  # inside the padded buffers
-    lse2 = gl.load(LSE2 + padded)
-    delta = gl.load(DELTA + padded)
+    padded = bh.to(gl.int64) * seqlen_pad + lse_start + rows
+    if VARLEN:
+        # Rows of the sequence's padded stretch hold +inf and 0 already; a CTA past the
+        # sequence's end (a shorter one than the grid's longest) reads nothing.
+        inside = rows < len_q
+        lse2 = gl.load(LSE2 + padded, mask=inside, other=float("inf"))
+        delta = gl.load(DELTA + padded, mask=inside, other=0.0)
+    else:  # inside the padded buffers
+        lse2 = gl.load(LSE2 + padded)
+        delta = gl.load(DELTA + padded)
     dq = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, layout=mma_dq)
     q = q_smem.index(WG)
     do = do_smem.index(WG)
@@ -643,6 +651,7 @@ def _xrt_attn_bwd_dq_hopper(
     h = bh % num_heads
     kv_h = h // group
     start_m = pid_m * BLOCK_M
+    # (Dense, len_q is not used: the padded buffers' +inf rows stand for the rows past it.)
     q_start, k_start, len_q, len_k = _sequence(CU_Q, CU_K, b, 0, seqlen_k, VARLEN)
     if CAUSAL:
         hi = gl.minimum(start_m + BLOCK_M, len_k)

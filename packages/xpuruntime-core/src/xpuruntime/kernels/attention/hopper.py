@@ -319,6 +319,12 @@ def _tma_ready(x: torch.Tensor) -> torch.Tensor:
     return x if tma_addressable(x) else x.clone(memory_format=torch.contiguous_format)
 
 
+def rows_as_heads(x: torch.Tensor) -> torch.Tensor:
+    """The Gluon kernels' 4-D view of packed (total, heads, head_dim) rows: (1, heads, total,
+    head_dim)."""
+    return x.transpose(0, 1).unsqueeze(0)
+
+
 def _check_out(out: torch.Tensor, q: torch.Tensor) -> None:
     if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
         raise InvalidArgumentError(
@@ -692,8 +698,8 @@ def hopper_attention_forward_run(
     from xpuruntime.kernels.attention.streams import on_device
 
     def view(x: torch.Tensor) -> torch.Tensor:
-        """The kernel's 4-D view: packed (total, heads, dim) rows as (1, heads, total, dim)."""
-        return x.transpose(0, 1).unsqueeze(0) if packed else x
+        """The kernel's 4-D view (:func:`rows_as_heads` when packed)."""
+        return rows_as_heads(x) if packed else x
 
     scale = 1.0 / math.sqrt(d.head_dim) if scale is None else float(scale)
     config, why = _variant(d.head_dim, variant, causal, d.seqlen_k, packed)

@@ -56,6 +56,7 @@ from xpuruntime.kernels.attention.hopper import (
     _packed_lengths,
     _tma_ready,
     l2_section,
+    rows_as_heads,
     tma_addressable,
 )
 from xpuruntime.runtime.errors import InvalidArgumentError, UnsupportedOperationError
@@ -400,8 +401,8 @@ def hopper_attention_backward(
             if batch * heads == 0 or seqlen_q == 0 or seqlen_k == 0:
                 return grads[0], grads[1], grads[2]
             # The kernels' 4-D views, (1, heads, total, head_dim).
-            q, k, v, grad_out = (_tma_ready(_rows_as_heads(x)) for x in (q, k, v, grad_out))
-            out, (dq, dk, dv) = _rows_as_heads(out), (_rows_as_heads(g) for g in grads)
+            q, k, v, grad_out = (_tma_ready(rows_as_heads(x)) for x in (q, k, v, grad_out))
+            out, (dq, dk, dv) = rows_as_heads(out), (rows_as_heads(g) for g in grads)
             packed = _padded(*offsets, total_q=q.shape[2])
             seqlen_pad = packed.pad_rows
             rows = heads  # of the lse₂ and delta buffers: one per head, sequences padded
@@ -431,12 +432,6 @@ def hopper_attention_backward(
             _launch_dkdv(config, q, k, v, grad_out, dk, dv, lse2, delta, causal, scale, packed)
             _launch_dq(config, q, k, v, grad_out, dq, lse2, delta, causal, scale, packed)
     return grads[0], grads[1], grads[2]
-
-
-def _rows_as_heads(x: torch.Tensor) -> torch.Tensor:
-    """The kernels' 4-D view of packed (total, heads, head_dim) rows: (1, heads, total,
-    head_dim)."""
-    return x.transpose(0, 1).unsqueeze(0)
 
 
 def _launch_prep(
@@ -478,7 +473,8 @@ def _float32_layout(swizzle: int) -> Any:
 
 
 def _row_descriptor(x: torch.Tensor, rows: int) -> gluon_launch.Tma:
-    """TMA descriptor of a padded float32 (batch x heads, seqlen_pad) buffer, [1, rows] boxes."""
+    """TMA descriptor of a padded float32 (batch x heads, seqlen_pad) buffer (packed: (heads,
+    padded rows)), [1, rows] boxes."""
     return gluon_launch.Tma(x, (1, rows), _float32_layout(0))
 
 

@@ -51,7 +51,6 @@ _INT32_MAX = 2**31 - 1
 #: How :func:`hopper_backward`'s detail begins when the Gluon Hopper backward runs; the
 #: parenthesis after it says which of its paths runs and why (:func:`hopper_backward_plan`).
 HOPPER_BACKWARD = "backward: gluon hopper backward"
-#: Why packed sequences (cu_seqlens) take xrt_flash's backward after the Hopper forward.
 
 
 @dataclass(frozen=True)
@@ -551,14 +550,13 @@ def hopper_backward_plan(
     except XpuRuntimeError as error:  # a malformed variant name: the backward itself raises
         return True, f"{HOPPER_BACKWARD} ({error})"
     named = "" if origin.startswith("default") else f"; variant {variant.name} {origin}"
+    passed = origin.partition("; ")[2]  # a fused variant named, passed over
     if isinstance(variant, hopper_bwd.FusedVariant):
         path = f"fused dK/dV/dQ, fp32 atomic dQ; nondeterministic{named}"
     elif packed:
-        passed = origin.partition("; ")[2]  # a fused variant named, passed over
         path = "dK/dV + dQ kernels, deterministic, on 2-D grids: packed sequences take these"
         path += f"; {passed}" if passed else named
     elif deterministic:
-        passed = origin.partition("; ")[2]  # a fused variant named, passed over
         path = "dK/dV + dQ kernels, deterministic: torch.use_deterministic_algorithms is on"
         path += f"; {passed}" if passed else named
     elif named:
