@@ -336,6 +336,28 @@ def test_short_packed_causal_sequences_run_the_triton_backward(
     assert plan(True, hopper_bwd.PACKED_CAUSAL_MIN_ROWS) == (True, PACKED)
 
 
+def test_packed_lse_buffers_give_each_sequence_128_aligned_padded_rows() -> None:
+    """The packed backward's lse₂/delta layout: each sequence starts on a multiple of 128 rows
+    (TMA's innermost coordinate must be 16-byte aligned) and gets its query count rounded up
+    to 128 rows; the buffers' length, bounded without reading the offsets, holds them all."""
+    lengths = [0, 1, 127, 128, 129, 300]
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    packed = hopper_bwd._padded(cu, cu, 300, 300, total_q=int(cu[-1]) + 5)
+    assert packed.cu_pad.tolist() == [0, 0, 128, 256, 384, 640, 1024]
+    assert packed.cu_pad.dtype == torch.int32
+    assert packed.batch == len(lengths)
+    assert packed.pad_rows >= packed.cu_pad[-1].item()
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(50):
+        lens = torch.randint(
+            0, 700, (int(torch.randint(1, 40, (1,), generator=gen)),), generator=gen
+        )
+        cu = torch.cat([torch.zeros(1, dtype=torch.int64), lens.cumsum(0)]).int()
+        packed = hopper_bwd._padded(cu, cu, int(lens.max()), int(lens.max()), int(cu[-1]))
+        assert packed.pad_rows >= packed.cu_pad[-1].item(), lens.tolist()
+        assert not (packed.cu_pad % 128).any()
+
+
 def test_variant_names_round_trip() -> None:
     for head_dim in hopper_bwd.HEAD_DIMS:
         names = hopper_bwd.variant_names(head_dim)
