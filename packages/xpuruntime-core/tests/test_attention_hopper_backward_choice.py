@@ -13,6 +13,7 @@ test_attention_gpu.py on an sm_90 GPU.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -356,6 +357,30 @@ def test_packed_lse_buffers_give_each_sequence_128_aligned_padded_rows() -> None
         packed = hopper_bwd._padded(cu, cu, int(lens.max()), int(lens.max()), int(cu[-1]))
         assert packed.pad_rows >= packed.cu_pad[-1].item(), lens.tolist()
         assert not (packed.cu_pad % 128).any()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"cu_seqlens_k": None}, "give both cu_seqlens_q and cu_seqlens_k"),
+        ({"cu_seqlens_q": torch.tensor([0, 4, 10])}, "must be a 1-D int32 tensor"),
+        ({"cu_seqlens_k": torch.tensor([0, 10], dtype=torch.int32)}, "different batch sizes"),
+        ({"q": torch.zeros(1, 10, 2, 64, dtype=torch.bfloat16)}, "(total, heads, head_dim)"),
+    ],
+)
+def test_packed_backward_rejects_malformed_offsets_and_shapes(
+    change: dict[str, Any], message: str
+) -> None:
+    """Checked before anything runs (no GPU needed): both offsets, int32, one count, and
+    packed (total, heads, head_dim) tensors."""
+    q = torch.zeros(10, 2, 64, dtype=torch.bfloat16)
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+    args: dict[str, Any] = {"q": q, "cu_seqlens_q": cu, "cu_seqlens_k": cu} | change
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+        hopper_bwd.hopper_attention_backward(
+            q, args["q"], q, q, q, torch.zeros(2, 10), causal=True,
+            cu_seqlens_q=args["cu_seqlens_q"], cu_seqlens_k=args["cu_seqlens_k"],
+        )  # fmt: skip
 
 
 def test_variant_names_round_trip() -> None:
