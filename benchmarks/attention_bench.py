@@ -1,6 +1,7 @@
 """xpuruntime's attention kernels (xrt_flash) against PyTorch's SDPA backends on one GPU.
 
     python benchmarks/attention_bench.py [--quick] [--tune] [--out DIR] [--no-efficient]
+        [--seqlens 512,1024]
 
 FlashAttention papers' setup: bf16, 16k tokens per batch (batch = 16384 / seqlen), hidden
 size 2048 (16 heads of 128, 32 of 64), seqlen 512 .. 16k, full and causal. For each case it
@@ -281,12 +282,15 @@ def main() -> None:
     parser.add_argument("--tune", action="store_true", help="time every tile candidate per case")
     parser.add_argument("--no-efficient", action="store_true", help="skip memory-efficient SDPA")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--seqlens", default="", help="only these (comma-separated)")
     parser.add_argument("--out", type=Path, default=Path("."))
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("attention_bench needs a CUDA GPU")
     launch.set_tuning(args.tune)
     seqs = [2048, 8192] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
+    if args.seqlens:
+        seqs = [int(x) for x in args.seqlens.split(",")]
     impls = ["cudnn", "flash"] + ([] if args.no_efficient else ["efficient"])
     env = _environment()
     print(json.dumps(env))

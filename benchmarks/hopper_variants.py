@@ -2,11 +2,13 @@
 
     python benchmarks/hopper_variants.py [--head-dims 64,128] [--seqlens 512,1024,2048,4096]
         [--masks full,causal] [--variants m64n128s2pp,m64n128s2pp_l,...] [--rounds 7]
+        [--triton]
 
 For each case (16k tokens a batch, hidden 2048, bf16) every variant (default: the head
 size's candidates, ``hopper.variant_names``) and cuDNN's ATen entry with the log-sum-exp
 (what ours writes too) run as CUDA-graph replays of 16 calls, so the host adds nothing and
-the figures compare kernels; the replays are interleaved in a rotating order
+the figures compare kernels (``--triton`` adds xrt_flash's Triton forward, tiles tuned
+before the replays are captured); the replays are interleaved in a rotating order
 (``_interleaved.py``). Prints TFLOP/s (4 * B * H * S^2 * D, halved when causal), the ratio
 against cuDNN, and each variant's largest difference from cuDNN's output (a variant that
 computes something else shows there, not only in the tests). For the choice of defaults;
@@ -22,14 +24,14 @@ from typing import Any
 import torch
 from _interleaved import graph_replay, interleaved_medians
 
-from xpuruntime.kernels.attention import hopper
+from xpuruntime.kernels.attention import hopper, launch
 
 #: cuDNN's SDPA entry in ATen: (q, k, v, bias, compute_lse, dropout, causal, return_debug).
 CUDNN = torch.ops.aten._scaled_dot_product_cudnn_attention
 CALLS = 16
 
 
-def _case(dim: int, seq: int, causal: bool, variants: list[str], rounds: int) -> None:
+def _case(dim: int, seq: int, causal: bool, variants: list[str], rounds: int, triton: bool) -> None:
     batch, heads = max(1, 16384 // seq), 2048 // dim
     q, k, v = (
         torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.bfloat16) for _ in range(3)
@@ -46,6 +48,12 @@ def _case(dim: int, seq: int, causal: bool, variants: list[str], rounds: int) ->
         )
         got, _lse = cases[name]()
         errors[name] = float((got.float() - want.float()).abs().max())
+    if triton:  # the portable kernel: its first call tunes the tiles, outside the graph
+        cases["xrt_flash (Triton)"] = lambda: launch.forward(
+            q, k, v, causal=causal, scale=None, layout="bhsd"
+        )
+        got = cases["xrt_flash (Triton)"]()[0]
+        errors["xrt_flash (Triton)"] = float((got.float() - want.float()).abs().max())
     replays = {name: graph_replay(fn, CALLS) for name, fn in cases.items()}
     ms = {name: t / CALLS for name, t in interleaved_medians(replays, rounds, 1).items()}
     print(f"hd{dim} S{seq} {'causal' if causal else 'full'} (batch {batch}, heads {heads})")
@@ -62,6 +70,7 @@ def main() -> None:
     parser.add_argument("--masks", default="full,causal")
     parser.add_argument("--variants", default="", help="comma-separated; default: all")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--triton", action="store_true", help="also xrt_flash's Triton forward")
     args = parser.parse_args()
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
         raise SystemExit("needs an H100/H200 (sm_90)")
@@ -70,7 +79,7 @@ def main() -> None:
         variants = args.variants.split(",") if args.variants else list(hopper.variant_names(dim))
         for mask in args.masks.split(","):
             for seq in (int(x) for x in args.seqlens.split(",")):
-                _case(dim, seq, mask == "causal", variants, args.rounds)
+                _case(dim, seq, mask == "causal", variants, args.rounds, args.triton)
 
 
 if __name__ == "__main__":

@@ -104,7 +104,10 @@ def compile_one(
         signature[name] = "constexpr"
     src = GluonASTSource(fn, signature, constexprs)
     target = GPUTarget("cuda", 90, 32)
-    compiled = triton.compile(src, target=target, options={"num_warps": 4, "num_stages": 1})
+    options = {"num_warps": 4, "num_stages": 1}
+    if variant.maxnreg is not None:  # o2: two CTAs per SM (hopper.Variant.maxnreg)
+        options["maxnreg"] = variant.maxnreg
+    compiled = triton.compile(src, target=target, options=options)
     ptx = compiled.asm["ptx"]
     cubin = compiled.asm["cubin"]
     packed = "_varlen" if varlen else ""

@@ -237,10 +237,38 @@ def test_forward_variant_names_round_trip_and_fp8_takes_its_own() -> None:
         hopper.parse_variant("m64n128s2pp_e8")
 
 
+def test_two_ctas_an_sm_fit_the_register_file_and_shared_memory() -> None:
+    """``o2``: 80 registers a thread at launch for two CTAs of three warpgroups (65536 a
+    SM), the consumers' share after setmaxnreg within what the producer leaves, half the
+    SM's shared memory a CTA; only key blocks of 64 with two consumer warpgroups."""
+    from xpuruntime.kernels.attention import hopper
+    from xpuruntime.runtime.errors import InvalidArgumentError
+
+    two = hopper.parse_variant("m64n64s2np_po2")
+    assert (two.ctas_per_sm, two.persistent, two.pingpong) == (2, True, False)
+    assert two.name == "m64n64s2np_po2"
+    assert two.maxnreg == 80
+    assert 2 * 3 * 128 * two.maxnreg <= 65536
+    # The producer's warpgroup drops to 24: the two consumer warpgroups share the rest.
+    assert two.consumer_regs == 104
+    assert 128 * (two.producer_regs + two.consumer_regs + 112) == 128 * 3 * two.maxnreg
+    assert 2 * (two.smem_limit() + 1024) <= 228 << 10
+    one = hopper.parse_variant("m64n64s2np_p")
+    assert (one.ctas_per_sm, one.maxnreg, one.consumer_regs) == (1, None, 240)
+    # Head size 64 fits half an SM's shared memory; 128 (a persistent CTA's 128 KiB) does not.
+    assert hopper._checked_variant(64, "m64n64s2np_po2").ctas_per_sm == 2
+    with pytest.raises(InvalidArgumentError, match="a CTA has 115712"):
+        hopper._checked_variant(128, "m64n64s2np_po2")
+    for name in ("m64n128s2np_po2", "m64n64s2pp_w3o2"):
+        with pytest.raises(InvalidArgumentError, match="two consumer warpgroups and key blocks"):
+            hopper.parse_variant(name)
+
+
 def test_forward_default_follows_head_size_mask_and_length(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Persistent variants on short sequences and causal ones (at head size 64 below 8192
-    keys), three consumer warpgroups on longer ones at head size 64; a given name, then the
-    environment, come before the defaults, and the reason says which."""
+    """Key blocks of 64 without ping-pong on the shortest sequences (two CTAs an SM at head
+    size 64), persistent variants on short sequences and causal ones (at head size 64 below
+    8192 keys), three consumer warpgroups on longer ones at head size 64; a given name, then
+    the environment, come before the defaults, and the reason says which."""
     from xpuruntime.kernels.attention import hopper
 
     monkeypatch.delenv(hopper.VARIANT_ENV, raising=False)
@@ -248,12 +276,17 @@ def test_forward_default_follows_head_size_mask_and_length(monkeypatch: pytest.M
     def name(head_dim: int, causal: bool, keys: int) -> str:
         return hopper._variant(head_dim, None, causal, keys)[0].name
 
+    assert name(64, False, 512) == "m64n64s2np_po2"
     assert name(64, False, 1024) == "m64n128s2pp_p"
     assert name(64, False, 2048) == "m64n128s2pp_w3"
+    assert name(64, True, 1024) == "m64n64s2np_po2"
+    assert name(64, True, 2048) == "m64n128s2pp_p"
     assert name(64, True, 4096) == "m64n128s2pp_p"
     assert name(64, True, 8192) == "m64n128s2pp_w3l"
     assert name(128, False, 8192) == "m64n128s2pp_p"
     assert name(128, False, 16384) == "m64n128s2pp"
+    assert name(128, True, 512) == "m64n64s3np_p"
+    assert name(128, True, 1024) == "m64n128s2pp_p"
     assert name(128, True, 16384) == "m64n128s2pp_p"
     assert name(256, True, 512) == "m64n64s2pp"
     assert (
@@ -266,12 +299,21 @@ def test_forward_default_follows_head_size_mask_and_length(monkeypatch: pytest.M
     )
     # Packed sequences run on the 2-D grid: the 2-D defaults, by the longest key length.
     assert hopper._variant(64, None, False, 1024, packed=True) == (
-        hopper.parse_variant("m64n128s2pp_w3"),
+        hopper.parse_variant("m64n64s2np_o2"),
         "the default at head size 64, full, packed sequences of up to 1024 keys",
     )
+    assert hopper._variant(64, None, False, 2048, packed=True)[0].name == "m64n128s2pp_w3"
+    assert hopper._variant(64, None, True, 2048, packed=True)[0].name == "m64n64s2np_o2"
     assert hopper._variant(64, None, True, 4096, packed=True)[0].name == "m64n128s2pp"
     assert hopper._variant(64, None, True, 8192, packed=True)[0].name == "m64n128s2pp_w3"
-    assert hopper._variant(128, None, True, 512, packed=True)[0].name == "m64n128s2pp"
+    assert hopper._variant(128, None, True, 512, packed=True)[0].name == "m64n64s3np"
+    assert hopper._variant(128, None, True, 2048, packed=True)[0].name == "m64n128s2pp"
+    assert hopper._variant(128, None, False, 512, packed=True)[0].name == "m64n128s2pp"
+    # Every default is a candidate (the scripts' --variants all, the GPU tests' variants).
+    for table in (hopper._DEFAULTS, hopper._PACKED_DEFAULTS):
+        for (head_dim, _causal), rules in table.items():
+            for _below, default in rules:
+                assert default in hopper.variant_names(head_dim), default
     monkeypatch.setenv(hopper.VARIANT_ENV, "m64n128s2np")
     assert hopper._variant(128, None, True, 2048) == (
         hopper.parse_variant("m64n128s2np"),

@@ -17,6 +17,9 @@ spells it out in Gluon (``triton.experimental.gluon``, Triton 3.6), so it runs o
 - **Softmax overlapped with the GEMMs inside a warpgroup.** Iteration ``j`` issues S_j = Q K_jᵀ
   and then O += P_{j-1} V_{j-1} (both async wgmma), waits only for S_j, runs the online softmax
   of block ``j`` while the P·V wgmma still runs, and waits for it last.
+- **Causal tiles without ping-pong** (key blocks shorter than the CTA's rows): each consumer
+  warpgroup stops at its own rows' last key block and releases the tile's later blocks,
+  all masked for its rows, as they land (``OWN_BLOCKS`` in :func:`_consumer`).
 - **P stays in registers**: converted to bf16/fp16 in the accumulator's register layout, it is
   the register A operand of the P·V wgmma (no shared-memory round trip).
 
@@ -412,6 +415,10 @@ def _consumer(
     q = q_smem.index(WG)
     o_buf = o_smem.index(WG)  # the query tile itself unless PERSISTENT or fp8
 
+    # Causal, without ping-pong, a warpgroup stops at its own rows' last key block: the
+    # tile's last blocks (key blocks shorter than the tile) are all masked for the earlier
+    # rows. (Ping-pong's turns count every block of the tile, so there both run them all.)
+    OWN_BLOCKS: gl.constexpr = CAUSAL and not PINGPONG and BLOCK_N < BLOCK_M
     ring0 = 0
     count = 0
     first, end = _tiles(PERSISTENT, LPT, SCHED)
@@ -429,6 +436,10 @@ def _consumer(
             n_full, n_blocks = _key_blocks(start_m, len_k, BLOCK_M, BLOCK_N, CAUSAL, VARLEN)
             turn0 = ring0 + count  # each earlier item took n_blocks + 1 GEMM rounds
             row0 = start_m + WG * BLOCK_M_WG  # rows of the sequence (masks, log-sum-exp)
+            if OWN_BLOCKS:
+                n_full, n_mine = _key_blocks(row0, len_k, BLOCK_M_WG, BLOCK_N, CAUSAL, VARLEN)
+            else:
+                n_mine = n_blocks
             rows = row0 + gl.arange(0, BLOCK_M_WG, layout=row_s)
             m_i = gl.full([BLOCK_M_WG], float("-inf"), gl.float32, layout=row_s)
             l_i = gl.zeros([BLOCK_M_WG], gl.float32, layout=row_s)
@@ -473,7 +484,7 @@ def _consumer(
                 K_SCALE_BLOCK, p_layout, P_F32,
             )  # fmt: skip
             acc, p, alpha, m_i, l_i = _consumer_blocks(
-                gl.maximum(n_full, 1), n_blocks, ring0, turn0, q, k_smem, v_smem, k_ready,
+                gl.maximum(n_full, 1), n_mine, ring0, turn0, q, k_smem, v_smem, k_ready,
                 k_empty, v_ready, v_empty, turn_bars, acc, p, alpha, m_i, l_i, s_init, rows,
                 offs_n, len_k, qk_scale_wg, ks_row, WG, NUM_WG, BLOCK_N, NUM_STAGES, CAUSAL,
                 True, PINGPONG, EXP_EMU, K_SCALE_BLOCK, p_layout, P_F32,
@@ -483,7 +494,7 @@ def _consumer(
                 _release(q_empty.index(WG))
 
             # The last block's P·V.
-            last = ring0 + n_blocks - 1
+            last = ring0 + n_mine - 1
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
             mbarrier.wait(v_ready.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
             _turn_wait(turn_bars, turn0 + n_blocks, WG, PINGPONG)
@@ -541,6 +552,17 @@ def _consumer(
                     o_buf, Out, q_start + row0, len_q - row0, h, stride_os, stride_oh,
                     BLOCK_M_WG, HEAD_DIM,
                 )  # fmt: skip
+            if OWN_BLOCKS:
+                # Release the tile's blocks this warpgroup skipped, each once it has landed:
+                # an empty barrier counts both warpgroups' arrivals, and a loaded block means
+                # both have released the slot's previous use, so this arrival counts for it.
+                for j in range(n_mine, n_blocks):
+                    it = ring0 + j
+                    phase = (it // NUM_STAGES) & 1
+                    mbarrier.wait(k_ready.index(it % NUM_STAGES), phase)
+                    _release(k_empty.index(it % NUM_STAGES))
+                    mbarrier.wait(v_ready.index(it % NUM_STAGES), phase)
+                    _release(v_empty.index(it % NUM_STAGES))
             ring0 += n_blocks
             count += 1  # live items only: the query barriers' phase
     tma.store_wait(pendings=0)

@@ -129,11 +129,13 @@ def launch(
     constants: Mapping[str, Any],
     *,
     num_warps: int = 4,
+    maxnreg: int | None = None,
 ) -> None:
     """Launch the JIT function ``fn`` on ``grid`` on the current device's current stream:
     ``args`` its runtime arguments in order (tensors, integers, floats, :class:`Tma`
     descriptors), ``constants`` its ``constexpr`` arguments by name, which must be exactly
-    the arguments after the runtime ones (checked before anything runs)."""
+    the arguments after the runtime ones (checked before anything runs). ``maxnreg``: the
+    registers a thread at launch (ptxas' ``.maxnreg``), None for the compiler's choice."""
     from triton import knobs
     from triton.runtime import driver
 
@@ -141,7 +143,7 @@ def launch(
     key = (
         id(fn), device,
         tuple([(name, type(value), value) for name, value in constants.items()]),
-        num_warps, knobs.runtime.debug, knobs.compilation.instrumentation_mode,
+        num_warps, maxnreg, knobs.runtime.debug, knobs.compilation.instrumentation_mode,
         tuple([_arg_key(arg) for arg in args]),
     )  # fmt: skip
     entry = _compiled.get(key)
@@ -153,7 +155,8 @@ def launch(
                 f"arguments, but the constants given are {list(constants)}"
             )
         values = [_gluon_descriptor(a) if isinstance(a, Tma) else a for a in args]
-        kernel = fn[grid](*values, **constants, num_warps=num_warps)
+        options = {"num_warps": num_warps} | ({} if maxnreg is None else {"maxnreg": maxnreg})
+        kernel = fn[grid](*values, **constants, **options)
         if kernel is not None:  # None: Triton's interpreter, which keeps no compiled kernel
             # Later calls pass every argument in the kernel's order, constants included, as
             # the JIT passes them to the compiled kernel.

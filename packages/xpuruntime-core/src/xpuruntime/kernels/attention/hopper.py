@@ -21,7 +21,12 @@ GEMMs, ping-pong; ``np``: they issue freely). The optional flags, in this order:
 - ``e4``: one exponential of the softmax in 4 computed on the FMA pipe by a polynomial
   instead of the special-function unit (``_hopper_kernels._exp2``), where the softmax's
   exponentials, not the GEMMs, bound a block (fp8; at head size 64 in 16 bits it measured
-  slower, see docs/attention.md).
+  slower, see docs/attention.md);
+- ``o2``: two CTAs per SM: the kernel is compiled for 80 registers a thread at launch
+  (``maxnreg``), and the consumers get 104 and 112 after ``setmaxnreg`` (the producer's
+  warpgroup keeps 24), so two CTAs' warps share the SM and one CTA's start and end (first
+  loads, output store) overlap the other's GEMMs; a persistent grid gets two CTAs per SM.
+  Only key blocks of 64 fit those registers.
 
 E.g. ``m64n128s2pp_w3p``, ``m64n128s2pp_l``, ``m64n128s3pp_e4``. ``XPURUNTIME_HOPPER_ATTENTION_VARIANT``
 overrides the default per head size, so one GPU run can time them all (and
@@ -88,13 +93,28 @@ class Variant:
     lpt: bool = False
     #: One exponential in four on the FMA pipe.
     exp_emu: bool = False
+    #: CTAs resident on one SM (``o2``: two).
+    ctas_per_sm: int = 1
     producer_regs: int = 24
 
     @property
     def consumer_regs(self) -> int:
         """Per consumer thread after ``setmaxnreg``: what the producer leaves, split evenly
-        (the register file is 512 per thread of one warpgroup, in steps of 8)."""
+        (the register file is 512 per thread of one warpgroup, in steps of 8, shared by
+        ``ctas_per_sm`` CTAs); with two CTAs the default partition gets the remainder (112
+        against the worker's 104)."""
+        if self.ctas_per_sm == 2:
+            return 104
         return 240 if self.num_wg == 2 else 160
+
+    @property
+    def maxnreg(self) -> int | None:
+        """Registers a thread at launch (ptxas' ``.maxnreg``) so that ``ctas_per_sm`` CTAs of
+        ``num_wg + 1`` warpgroups (Triton pads the producer warp to one) fit the 65536
+        registers of an SM; None: as many as the compiler takes (one CTA per SM)."""
+        if self.ctas_per_sm == 1:
+            return None
+        return 65536 // (self.ctas_per_sm * 128 * (self.num_wg + 1)) // 8 * 8
 
     @property
     def block_m(self) -> int:
@@ -108,10 +128,16 @@ class Variant:
             + ("p" if self.persistent else "")
             + ("l" if self.lpt else "")
             + ("e4" if self.exp_emu else "")
+            + ("o2" if self.ctas_per_sm == 2 else "")
         )
         return f"m{self.block_m_wg}n{self.block_n}s{self.num_stages}{schedule}" + (
             f"_{flags}" if flags else ""
         )
+
+    def smem_limit(self) -> int:
+        """Shared memory one CTA may use: two CTAs per SM share its 228 KiB, less 1 KiB
+        each that the hardware reserves."""
+        return _SMEM_LIMIT if self.ctas_per_sm == 1 else (228 << 10) // 2 - 1024
 
     def smem_bytes(self, head_dim: int, element_size: int = 2) -> int:
         """Shared memory of the tiles (the mbarriers add a few bytes); fp8 (``element_size``
@@ -122,16 +148,17 @@ class Variant:
 
 
 #: Candidates per head size (``--variants all`` of the scripts; the defaults are
-#: :data:`_DEFAULTS`'). All compile for sm_90a without spills
-#: (``scripts/hopper_attention_compile.py``).
+#: :data:`_DEFAULTS`'). All compile for sm_90a without spills but the ``o2`` ones, whose 80
+#: registers at launch spill 32-64 bytes (``scripts/hopper_attention_compile.py``).
 _VARIANTS: dict[int, tuple[str, ...]] = {
     64: (
         "m64n128s2pp_w3", "m64n128s2pp", "m64n128s2np", "m64n128s3pp", "m128n64s2pp",
         "m64n128s2pp_p", "m64n128s3pp_p", "m64n128s2pp_l", "m64n128s2pp_w3l",
+        "m64n64s2np_po2", "m64n64s3np_po2", "m64n64s2np_o2", "m64n64s2np_lo2",
     ),
     128: (
         "m64n128s2pp", "m64n128s2np", "m64n64s3pp", "m64n128s3pp", "m64n128s2pp_p",
-        "m64n128s2np_p", "m64n128s2pp_l",
+        "m64n128s2np_p", "m64n128s2pp_l", "m64n64s3np_p", "m64n64s3np", "m64n64s2np_p",
     ),
     256: ("m64n64s2pp", "m64n64s2np"),
 }  # fmt: skip
@@ -163,17 +190,22 @@ def variant_names(head_dim: int, *, fp8: bool = False) -> tuple[str, ...]:
 
 def parse_variant(name: str) -> Variant:
     """``m64n128s2pp_w3p`` -> Variant(64, 128, 2, pingpong=True, num_wg=3, persistent=True)."""
-    match = re.fullmatch(r"m(\d+)n(\d+)s(\d+)(pp|np)(?:_(?=.)(w3)?(p|l)?(e4)?)?", name.strip())
+    match = re.fullmatch(r"m(\d+)n(\d+)s(\d+)(pp|np)(?:_(?=.)(w3)?(p|l)?(e4)?(o2)?)?", name.strip())
     if match is None:
         raise InvalidArgumentError(
             f"hopper attention variant {name!r} is not of the form "
-            "m<rows>n<keys>s<stages>pp|np[_[w3][p|l][e4]]"
+            "m<rows>n<keys>s<stages>pp|np[_[w3][p|l][e4][o2]]"
         )
     rows, keys, stages = (int(match.group(i)) for i in (1, 2, 3))
     if rows not in (64, 128) or keys not in (64, 128, 192, 256) or stages not in (2, 3, 4):
         raise InvalidArgumentError(
             f"hopper attention variant {name!r}: rows per warpgroup 64/128, key block "
             "64/128/192/256, stages 2-4"
+        )
+    if match.group(8) and (match.group(5) or keys != 64):
+        raise InvalidArgumentError(
+            f"hopper attention variant {name!r}: two CTAs per SM (o2) take two consumer "
+            "warpgroups and key blocks of 64 (their registers hold no larger tiles)"
         )
     return Variant(
         rows,
@@ -184,6 +216,7 @@ def parse_variant(name: str) -> Variant:
         persistent=match.group(6) == "p",
         lpt=match.group(6) == "l",
         exp_emu=bool(match.group(7)),
+        ctas_per_sm=2 if match.group(8) else 1,
     )
 
 
@@ -195,23 +228,38 @@ _NO_LIMIT = 1 << 62
 #: the persistent loop overlaps them with the next item's, and on causal ones up to 8192 keys
 #: at head size 64 and at every length at 128; three consumer warpgroups (192 query rows a
 #: CTA) win from 2048 keys at head size 64 (full), from 8192 causal with one CTA per item.
+#: Shorter still, key blocks of 64 without ping-pong win, where each consumer warpgroup
+#: stops at its own rows' last causal block: at head size 64 with two CTAs an SM (``o2``;
+#: 0.93-0.95x cuDNN against 0.63-0.88x, causal below 2048 keys, full below 1024), at 128
+#: causal below 1024 with three ring stages (0.89x against 0.79x at 512).
 _DEFAULTS: dict[tuple[int, bool], tuple[tuple[int, str], ...]] = {
-    (64, False): ((2048, "m64n128s2pp_p"), (_NO_LIMIT, "m64n128s2pp_w3")),
-    (64, True): ((8192, "m64n128s2pp_p"), (_NO_LIMIT, "m64n128s2pp_w3l")),
+    (64, False): (
+        (1024, "m64n64s2np_po2"), (2048, "m64n128s2pp_p"), (_NO_LIMIT, "m64n128s2pp_w3"),
+    ),
+    (64, True): (
+        (2048, "m64n64s2np_po2"), (8192, "m64n128s2pp_p"), (_NO_LIMIT, "m64n128s2pp_w3l"),
+    ),
     (128, False): ((16384, "m64n128s2pp_p"), (_NO_LIMIT, "m64n128s2pp")),
-    (128, True): ((_NO_LIMIT, "m64n128s2pp_p"),),
+    (128, True): ((1024, "m64n64s3np_p"), (_NO_LIMIT, "m64n128s2pp_p")),
     (256, False): ((_NO_LIMIT, "m64n64s2pp"),),
     (256, True): ((_NO_LIMIT, "m64n64s2pp"),),
 }  # fmt: skip
 
 
 #: Packed sequences run on the 2-D grid (a ``_p`` or ``_l`` variant as its 2-D twin): their
-#: defaults are the 2-D ones measured before the persistent variants.
+#: defaults are the 2-D ones measured before the persistent variants, and the short ones'
+#: key blocks of 64 without ping-pong (by the longest sequence; measured on an H200 with
+#: 16k tokens of lengths 0.5-1.5x a mean of 512, 1024, 2048: at head size 64, two CTAs an
+#: SM were 4-25 % faster causal up to a longest sequence of 2846 keys and full up to 1522,
+#: slower full at 2846; at 128 three stages were 4-10 % faster causal up to 1384, slower
+#: from 2986 and on full attention).
 _PACKED_DEFAULTS: dict[tuple[int, bool], tuple[tuple[int, str], ...]] = {
-    (64, False): ((_NO_LIMIT, "m64n128s2pp_w3"),),
-    (64, True): ((8192, "m64n128s2pp"), (_NO_LIMIT, "m64n128s2pp_w3")),
+    (64, False): ((2048, "m64n64s2np_o2"), (_NO_LIMIT, "m64n128s2pp_w3")),
+    (64, True): (
+        (4096, "m64n64s2np_o2"), (8192, "m64n128s2pp"), (_NO_LIMIT, "m64n128s2pp_w3"),
+    ),
     (128, False): ((_NO_LIMIT, "m64n128s2pp"),),
-    (128, True): ((_NO_LIMIT, "m64n128s2pp"),),
+    (128, True): ((2048, "m64n64s3np"), (_NO_LIMIT, "m64n128s2pp")),
     (256, False): ((_NO_LIMIT, "m64n64s2pp"),),
     (256, True): ((_NO_LIMIT, "m64n64s2pp"),),
 }  # fmt: skip
@@ -236,10 +284,10 @@ def _variant(
 @functools.cache
 def _checked_variant(head_dim: int, name: str) -> Variant:
     variant = parse_variant(name)
-    if variant.smem_bytes(head_dim) > _SMEM_LIMIT:
+    if variant.smem_bytes(head_dim) > variant.smem_limit():
         raise InvalidArgumentError(
             f"hopper attention variant {name!r} needs {variant.smem_bytes(head_dim)} bytes of "
-            f"shared memory at head size {head_dim}; a CTA has {_SMEM_LIMIT}"
+            f"shared memory at head size {head_dim}; a CTA has {variant.smem_limit()}"
         )
     return variant
 
@@ -439,7 +487,7 @@ def _grid(
     kv_bytes = 2 * d.seqlen_k * d.head_dim * element_size
     section = l2_section(kv_bytes, d.heads // d.kv_heads, d.batch * d.heads)
     items = m_tiles * d.batch * d.heads
-    grid = items if config.lpt else min(items, _sm_count(device_index))
+    grid = items if config.lpt else min(items, config.ctas_per_sm * _sm_count(device_index))
     if items + grid + 1 >= 2**31:  # a persistent schedule holds grid + 1 bounds, then items
         raise UnsupportedOperationError(
             f"hopper attention variant {config.name}: {items} work items do not fit the "
@@ -594,7 +642,9 @@ def _launch(
         "P_F32": fp8 is not None,
         "K_SCALE_BLOCK": fp8.k_block if fp8 is not None else config.block_n,
     }
-    gluon_launch.launch(_hopper_kernels._xrt_attn_fwd_hopper, grid, args, constants)
+    gluon_launch.launch(
+        _hopper_kernels._xrt_attn_fwd_hopper, grid, args, constants, maxnreg=config.maxnreg
+    )
 
 
 @dataclass(frozen=True)
@@ -768,10 +818,10 @@ def fp8_variant(head_dim: int, given: str | None = None) -> Variant:
             f"{FP8_QUERY_BLOCK} rows, so a consumer warpgroup takes {FP8_QUERY_BLOCK} rows "
             "(m64); the fp8 kernel runs two consumer warpgroups (three spill)"
         )
-    if config.smem_bytes(head_dim, 1) > _SMEM_LIMIT:
+    if config.smem_bytes(head_dim, 1) > config.smem_limit():
         raise InvalidArgumentError(
             f"hopper fp8 attention variant {name!r} needs {config.smem_bytes(head_dim, 1)} "
-            f"bytes of shared memory at head size {head_dim}; a CTA has {_SMEM_LIMIT}"
+            f"bytes of shared memory at head size {head_dim}; a CTA has {config.smem_limit()}"
         )
     return config
 
