@@ -188,14 +188,25 @@ def main() -> int:
                     print(f"{label}: COMPILE FAILED: {type(error).__name__}: {first[:1]}")
                     (out_dir / f"{label.replace(' ', '_')}.err").write_text(str(error))
                     continue
-                failures += report(label, name, ptx, meta, out_dir, args.sass)
+                # Two CTAs an SM (o2) leave 104-112 registers a consumer: their spills of up
+                # to 64 bytes are known and measured (docs/attention.md), not a failure.
+                allowed = O2_SPILL_BYTES if variant.ctas_per_sm == 2 else 0
+                failures += report(label, name, ptx, meta, out_dir, args.sass, allowed)
     print(f"outputs in {out_dir}; {failures} failing configuration(s)")
     return 1 if failures else 0
 
 
-def report(label: str, name: str, ptx: str, meta: Any, out_dir: Path, sass: bool) -> int:
+#: Spill bytes an ``o2`` variant may show (ptxas, 80 registers at launch): 32-64 measured.
+O2_SPILL_BYTES = 64
+
+
+def report(
+    label: str, name: str, ptx: str, meta: Any, out_dir: Path, sass: bool, allowed: int = 0
+) -> int:
     """Print one configuration's line (ptxas' registers, spills, stack; shared memory; counts
-    of wgmma, setmaxnreg, TMA and local-memory instructions); returns 1 if it spills."""
+    of wgmma, setmaxnreg with the counts it sets, TMA and local-memory instructions); returns
+    1 if it spills more than ``allowed`` bytes (stores or loads) or the PTX itself uses
+    local memory."""
     log = _ptxas_report(out_dir / f"{name}.ptx")
     regs = re.findall(r"Used (\d+) registers", log)
     spill = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
@@ -203,6 +214,10 @@ def report(label: str, name: str, ptx: str, meta: Any, out_dir: Path, sass: bool
     counts = {
         "wgmma": ptx.count("wgmma.mma_async"),
         "setmaxnreg": ptx.count("setmaxnreg"),
+        # The register counts the partitions move to (the consumers', the producer's).
+        "setmaxnreg_to": sorted(
+            {int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}
+        ),
         "tma": ptx.count("cp.async.bulk.tensor"),
         "local": len(re.findall(r"\b(?:ld|st)\.local", ptx)),
     }
@@ -216,7 +231,7 @@ def report(label: str, name: str, ptx: str, meta: Any, out_dir: Path, sass: bool
         )
     warnings = [line.strip() for line in log.splitlines() if "arning" in line]
     warn = " WARN: " + "; ".join(warnings) if warnings else ""
-    spilled = any(int(a) or int(b) for a, b in spill) or counts["local"] > 0
+    spilled = any(max(int(a), int(b)) > allowed for a, b in spill) or counts["local"] > 0
     print(
         f"{label}: regs={','.join(regs)} spill(st,ld)={spill} stack={stack} "
         f"smem={meta.shared} {counts}{note}{warn}",

@@ -6,9 +6,10 @@ spells it out in Gluon (``triton.experimental.gluon``, Triton 3.6), so it runs o
 - **Warp specialisation.** One CTA = a producer warp and two consumer warpgroups. The producer
   (24 registers after ``setmaxnreg``) issues TMA loads of the two query tiles and of every key
   and value tile into a ``NUM_STAGES``-deep shared-memory ring; each ring slot has a *ready*
-  mbarrier (the copy engine completes it when the bytes land) and an *empty* one (both
-  consumers arrive after their wgmma has read the slot). The consumers get the registers
-  the producer gives up (240 each).
+  mbarrier (the copy engine completes it when the bytes land) and an *empty* one (every
+  consumer arrives once its wgmma has read the slot, or, for a causal block all masked for
+  its rows, once the block has landed: ``OWN_BLOCKS``). The consumers get the registers the
+  producer gives up (240 each; 104-112 with two CTAs an SM, ``hopper.Variant.maxnreg``).
 - **Two consumers, one query tile each.** Consumer warpgroup ``w`` owns query rows
   ``start_m + w * BLOCK_M_WG`` to ``+ BLOCK_M_WG``; both stream the same key/value tiles.
 - **Ping-pong.** With ``PINGPONG`` the consumers take turns issuing their GEMMs (two "turn"
@@ -655,10 +656,10 @@ def _xrt_attn_fwd_hopper(
     the producer warp are worker partitions). One CTA per (NUM_WG * BLOCK_M_WG query rows,
     batch x head): a 2-D grid, or with ``LPT`` a 1-D grid in the longest-first order of
     :func:`_work` (``batch_heads`` = batch x heads, ``section`` = batch x heads per L2
-    section). ``PERSISTENT``: a 1-D grid of at most one CTA per SM, each looping over the
-    work items its part of ``SCHED`` names (int32: entries ``pid`` and ``pid + 1`` bound the
-    CTA's positions in ``SCHED``, each position holding an item's index in that order; the
-    launcher balances the CTAs' key blocks). Dense, ``seqlen_k`` must be positive (the
+    section). ``PERSISTENT``: a 1-D grid of at most one CTA per SM (two for ``o2``
+    variants), each looping over the work items its part of ``SCHED`` names (int32: entries
+    ``pid`` and ``pid + 1`` bound the CTA's positions in ``SCHED``, each position holding an
+    item's index in that order; the launcher balances the CTAs' key blocks). Dense, ``seqlen_k`` must be positive (the
     launcher handles empty keys).
 
     ``VARLEN``: packed sequences, batch ``i`` being rows ``CU_Q[i]:CU_Q[i+1]`` (queries) and

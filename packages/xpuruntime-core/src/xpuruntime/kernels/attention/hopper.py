@@ -10,7 +10,8 @@ GEMMs, ping-pong; ``np``: they issue freely). The optional flags, in this order:
 
 - ``w3``: three consumer warpgroups (160 registers each) instead of two (240 each), so a CTA
   covers 3 x rows query rows;
-- ``p``: persistent: one CTA per SM (at most) loops over the work items the host dealt it
+- ``p``: persistent: one CTA per SM (two with ``o2``; at most) loops over the work items
+  the host dealt it
   (:func:`_schedule_entries`: causal ones longest-first, heads in L2-sized sections, each
   item to the CTA with the fewest key blocks so far); the ring runs on across items and the
   output is staged in its own shared-memory tiles, so the next item's loads overlap this
@@ -96,6 +97,18 @@ class Variant:
     #: CTAs resident on one SM (``o2``: two).
     ctas_per_sm: int = 1
     producer_regs: int = 24
+
+    def __post_init__(self) -> None:
+        if self.ctas_per_sm not in (1, 2):
+            raise InvalidArgumentError(
+                f"hopper attention: one or two CTAs an SM, not {self.ctas_per_sm}"
+            )
+        if self.ctas_per_sm == 2 and (self.num_wg, self.block_m_wg, self.block_n) != (2, 64, 64):
+            raise InvalidArgumentError(
+                f"hopper attention variant {self.name!r}: two CTAs an SM (o2) take two consumer "
+                "warpgroups of 64 rows and key blocks of 64 (104-112 registers a consumer hold "
+                "no larger tiles)"
+            )
 
     @property
     def consumer_regs(self) -> int:
@@ -201,11 +214,6 @@ def parse_variant(name: str) -> Variant:
         raise InvalidArgumentError(
             f"hopper attention variant {name!r}: rows per warpgroup 64/128, key block "
             "64/128/192/256, stages 2-4"
-        )
-    if match.group(8) and (match.group(5) or keys != 64):
-        raise InvalidArgumentError(
-            f"hopper attention variant {name!r}: two CTAs per SM (o2) take two consumer "
-            "warpgroups and key blocks of 64 (their registers hold no larger tiles)"
         )
     return Variant(
         rows,
@@ -817,6 +825,11 @@ def fp8_variant(head_dim: int, given: str | None = None) -> Variant:
             f"hopper fp8 attention variant {name!r}: the query scales are per "
             f"{FP8_QUERY_BLOCK} rows, so a consumer warpgroup takes {FP8_QUERY_BLOCK} rows "
             "(m64); the fp8 kernel runs two consumer warpgroups (three spill)"
+        )
+    if config.ctas_per_sm != 1:
+        raise InvalidArgumentError(
+            f"hopper fp8 attention variant {name!r}: the fp8 kernel carries P in float32 "
+            "between blocks, which two CTAs an SM (o2) leave no registers for"
         )
     if config.smem_bytes(head_dim, 1) > config.smem_limit():
         raise InvalidArgumentError(
