@@ -8,8 +8,8 @@ For each case (16k tokens a batch, hidden 2048, bf16) every variant (default: th
 size's candidates, ``hopper.variant_names``) and cuDNN's ATen entry with the log-sum-exp
 (what ours writes too) run as CUDA-graph replays of 16 calls, so the host adds nothing and
 the figures compare kernels (``--triton`` adds xrt_flash's Triton forward, its tile
-candidates timed on the first call, before the replays are captured); the replays are interleaved in a rotating order
-(``_interleaved.py``). Prints TFLOP/s (4 * B * H * S^2 * D, halved when causal), the ratio
+candidates timed on the first call, before the replays are captured); the replays are
+interleaved in a rotating order (``_interleaved.py``). Prints TFLOP/s (4 * B * H * S^2 * D, halved when causal), the ratio
 against cuDNN, and each variant's largest difference from cuDNN's output (a variant that
 computes something else shows there, not only in the tests). For the choice of defaults;
 the product path's figures are ``attention_bench.py``'s.

@@ -659,8 +659,8 @@ def _xrt_attn_fwd_hopper(
     section). ``PERSISTENT``: a 1-D grid of at most one CTA per SM (two for ``o2``
     variants), each looping over the work items its part of ``SCHED`` names (int32: entries
     ``pid`` and ``pid + 1`` bound the CTA's positions in ``SCHED``, each position holding an
-    item's index in that order; the launcher balances the CTAs' key blocks). Dense, ``seqlen_k`` must be positive (the
-    launcher handles empty keys).
+    item's index in that order; the launcher balances the CTAs' key blocks). Dense,
+    ``seqlen_k`` must be positive (the launcher handles empty keys).
 
     ``VARLEN``: packed sequences, batch ``i`` being rows ``CU_Q[i]:CU_Q[i+1]`` (queries) and
     ``CU_K[i]:CU_K[i+1]`` (keys, values) of (total, heads, head_dim) tensors, seen by the

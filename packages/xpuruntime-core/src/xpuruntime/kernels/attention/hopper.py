@@ -11,11 +11,10 @@ GEMMs, ping-pong; ``np``: they issue freely). The optional flags, in this order:
 - ``w3``: three consumer warpgroups (160 registers each) instead of two (240 each), so a CTA
   covers 3 x rows query rows;
 - ``p``: persistent: one CTA per SM (two with ``o2``; at most) loops over the work items
-  the host dealt it
-  (:func:`_schedule_entries`: causal ones longest-first, heads in L2-sized sections, each
-  item to the CTA with the fewest key blocks so far); the ring runs on across items and the
-  output is staged in its own shared-memory tiles, so the next item's loads overlap this
-  one's end;
+  the host dealt it (:func:`_schedule_entries`: causal ones longest-first, heads in
+  L2-sized sections, each item to the CTA with the fewest key blocks so far); the ring runs
+  on across items and the output is staged in its own shared-memory tiles, so the next
+  item's loads overlap this one's end;
 - ``l``: one CTA per work item as without ``p``, on a 1-D grid in ``p``'s order (L2
   sections, causal items longest-first), which the hardware dispatches as CTAs finish:
   longest-first scheduling without a persistent loop;
@@ -73,8 +72,9 @@ VARIANT_ENV = "XPURUNTIME_HOPPER_ATTENTION_VARIANT"
 _LOG2E = 1.4426950408889634
 
 
-#: Shared memory an H100/H200 CTA may use (227 KiB).
-_SMEM_LIMIT = 232448
+#: Shared memory of an H100/H200 SM (228 KiB); a CTA may use all of it but 1 KiB the
+#: hardware reserves per CTA (227 KiB alone).
+_SM_SMEM = 228 << 10
 #: Keys and values of one L2 section of the persistent order: FlashAttention-3's 32 MiB of
 #: the H100's 50 MB L2.
 _L2_SECTION_BYTES = 32 << 20
@@ -111,23 +111,24 @@ class Variant:
             )
 
     @property
+    def launch_regs(self) -> int:
+        """Registers a thread at launch: ``ctas_per_sm`` CTAs of ``num_wg + 1`` warpgroups
+        (Triton pads the producer warp to one) share the SM's 65536, in steps of 8."""
+        return 65536 // (self.ctas_per_sm * 128 * (self.num_wg + 1)) // 8 * 8
+
+    @property
     def consumer_regs(self) -> int:
-        """Per consumer thread after ``setmaxnreg``: what the producer leaves, split evenly
-        (the register file is 512 per thread of one warpgroup, in steps of 8, shared by
-        ``ctas_per_sm`` CTAs); with two CTAs the default partition gets the remainder (112
-        against the worker's 104)."""
-        if self.ctas_per_sm == 2:
-            return 104
-        return 240 if self.num_wg == 2 else 160
+        """Per consumer thread after ``setmaxnreg``: the CTA's registers less the producer's,
+        split evenly in steps of 8 (240 for two consumer warpgroups, 160 for three, 104 with
+        two CTAs an SM, where the default partition gets the remainder, 112)."""
+        warpgroups = self.num_wg + 1
+        return (self.launch_regs * warpgroups - self.producer_regs) // self.num_wg // 8 * 8
 
     @property
     def maxnreg(self) -> int | None:
-        """Registers a thread at launch (ptxas' ``.maxnreg``) so that ``ctas_per_sm`` CTAs of
-        ``num_wg + 1`` warpgroups (Triton pads the producer warp to one) fit the 65536
-        registers of an SM; None: as many as the compiler takes (one CTA per SM)."""
-        if self.ctas_per_sm == 1:
-            return None
-        return 65536 // (self.ctas_per_sm * 128 * (self.num_wg + 1)) // 8 * 8
+        """ptxas' ``.maxnreg`` for two CTAs an SM (:attr:`launch_regs`); None with one: the
+        compiler's choice, which the register file bounds anyway."""
+        return None if self.ctas_per_sm == 1 else self.launch_regs
 
     @property
     def block_m(self) -> int:
@@ -148,9 +149,9 @@ class Variant:
         )
 
     def smem_limit(self) -> int:
-        """Shared memory one CTA may use: two CTAs per SM share its 228 KiB, less 1 KiB
-        each that the hardware reserves."""
-        return _SMEM_LIMIT if self.ctas_per_sm == 1 else (228 << 10) // 2 - 1024
+        """Shared memory one CTA may use: its share of the SM's, less the 1 KiB the hardware
+        reserves per CTA."""
+        return _SM_SMEM // self.ctas_per_sm - 1024
 
     def smem_bytes(self, head_dim: int, element_size: int = 2) -> int:
         """Shared memory of the tiles (the mbarriers add a few bytes); fp8 (``element_size``
