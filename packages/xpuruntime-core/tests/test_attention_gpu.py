@@ -9,6 +9,7 @@ errors are printed (pytest -s) for the issue's table.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from typing import Any, Literal
@@ -520,7 +521,7 @@ def test_persistent_forward_captured_before_its_schedule_runs_its_lpt_twin_and_s
 def test_hopper_launches_after_the_first_run_the_kept_kernel_and_call_launch_hooks() -> None:
     from triton import knobs
 
-    from xpuruntime.kernels.attention import gluon_launch
+    from xpuruntime.kernels.attention import gluon_launch, hopper
 
     gen = torch.Generator(device="cuda").manual_seed(5)
     q, k, v, do = (
@@ -534,37 +535,42 @@ def test_hopper_launches_after_the_first_run_the_kept_kernel_and_call_launch_hoo
 
     first = step()  # compiles (or finds) and keeps each kernel of the step
     kept = dict(gluon_launch._compiled)
-    second = step()  # launches the kept kernels directly
+    repeats = dict(hopper._REPEATS)
+    second = step()  # launches the kept kernels directly; the forward repeats the first call
     assert gluon_launch._compiled == kept, "a repeated call compiled or kept another kernel"
-    names = {kernel.name for kernel, _ in kept.values()}
+    assert hopper._REPEATS.keys() == repeats.keys()
+    assert all(hopper._REPEATS[key] is repeat for key, repeat in repeats.items())
+    names = {entry.kernel.name for entry in kept.values()}
     assert {"_xrt_attn_fwd_hopper", "_xrt_attn_bwd_dkdv_hopper", "_xrt_attn_bwd_dq_hopper"} <= names
     for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), first, second, strict=True):
         assert torch.equal(a, b), name  # the default backward at head size 128 is deterministic
 
-    class Counting:  # the kept kernel itself, counting launches through its own launcher
-        def __init__(self, kernel: Any) -> None:
-            self.kernel, self.runs = kernel, 0
+    class Counting(gluon_launch.Kept):  # the kept kernel itself, counting its launches
+        runs = 0
 
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.kernel, name)
+        def launch(self, grid: tuple[int, ...], args: Any) -> None:
+            Counting.runs += 1
+            super().launch(grid, args)
 
-        @property
-        def run(self) -> Any:
-            self.runs += 1
-            return self.kernel.run
-
-    forwards = {
-        key: (Counting(kernel), constants)
-        for key, (kernel, constants) in kept.items()
-        if kernel.name == "_xrt_attn_fwd_hopper"
-    }
-    gluon_launch._compiled.update(forwards)
+    for key, repeat in repeats.items():
+        counting = Counting(repeat.kept.kernel, repeat.kept.constant_values, repeat.kept.device)
+        hopper._REPEATS[key] = dataclasses.replace(repeat, kept=counting)
+    record = ExecutionRecord(kind="inference")
     try:
-        again = ops.attention(q, k, v, layout="bhsd", policy=HOPPER_PIN)
+        again = ops.attention(q, k, v, layout="bhsd", policy=HOPPER_PIN, record=record)
     finally:
-        gluon_launch._compiled.update(kept)
-    assert sum(counting.runs for counting, _ in forwards.values()) == 1
+        hopper._REPEATS.update(repeats)
+    assert Counting.runs == 1
     assert torch.equal(again, first[0])
+    # The repeated call's record says what a call that decides afresh says.
+    fresh = ExecutionRecord(kind="inference")
+    hopper._REPEATS.clear()
+    try:
+        ops.attention(q, k, v, layout="bhsd", policy=HOPPER_PIN, record=fresh)
+    finally:
+        hopper._REPEATS.update(repeats)
+    assert "variant m64" in record.decisions[-1].reason
+    assert record.decisions[-1] == fresh.decisions[-1]
     # A profiler's launch hook sees the kept kernels' launches, with their names.
     seen: list[str] = []
 
@@ -579,6 +585,69 @@ def test_hopper_launches_after_the_first_run_the_kept_kernel_and_call_launch_hoo
     assert seen[0] == "_xrt_attn_fwd_hopper"
     assert "_xrt_attn_bwd_dq_hopper" in seen
     assert all(torch.equal(a, b) for a, b in zip(first, third, strict=True))
+
+
+@needs_sm90
+def test_hopper_forward_repeats_an_earlier_call_only_where_its_key_fixes_the_launch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A dense forward repeats an earlier call's decision and kept kernel
+    (``hopper._REPEATS``) with new tensors of the same shapes, strides and dtypes; a change
+    of mask, scale, layout, variant or alignment decides afresh. Each result is checked
+    against a float32 reference, and each record against what the call ran."""
+    from xpuruntime.kernels.attention import hopper
+
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    shape = (2, 4, 300, 64)
+    q, k, v, k2 = (torch.randn(shape, device="cuda", generator=gen).bfloat16() for _ in range(4))
+
+    def run(q: Any, k: Any, v: Any, causal: bool = False, **kw: Any) -> tuple[Any, str]:
+        record = ExecutionRecord(kind="inference")
+        out = ops.attention(
+            q, k, v, causal=causal, policy=HOPPER_PIN, record=record, **{"layout": "bhsd"} | kw
+        )
+        return out, record.decisions[-1].reason
+
+    def check(out: Any, q: Any, k: Any, v: Any, causal: bool = False, scale: Any = None) -> None:
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            q.float(), k.float(), v.float(), is_causal=causal, scale=scale
+        )
+        torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
+
+    out, why = run(q, k, v)
+    check(out, q, k, v)
+    key_count = len(hopper._REPEATS)
+    again, why_again = run(q, k2, v)  # new key tensor, same key: repeats, with k2's values
+    assert len(hopper._REPEATS) == key_count
+    assert why_again == why
+    check(again, q, k2, v)
+    masked, why_masked = run(q, k, v, causal=True)
+    check(masked, q, k, v, causal=True)
+    assert "head size 64, causal" in why_masked
+    assert "head size 64, full" in why
+    scaled, why_scaled = run(q, k, v, scale=0.5)
+    check(scaled, q, k, v, scale=0.5)
+    assert why_scaled == why
+    assert len(hopper._REPEATS) == key_count + 2
+    # bshd tensors of the same sizes: other strides, another key.
+    qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+    bshd, _ = run(qt, kt, vt, layout="bshd")
+    torch.testing.assert_close(bshd.transpose(1, 2), out, atol=0, rtol=0)
+    # An address TMA cannot read: copied for the kernel, never repeated.
+    storage = torch.empty(q.numel() + 1, device="cuda", dtype=q.dtype)
+    unaligned = storage[1:].view(shape)
+    unaligned.copy_(q)
+    count = len(hopper._REPEATS)
+    moved, why_moved = run(unaligned, k, v)
+    assert len(hopper._REPEATS) == count
+    assert why_moved == why
+    assert torch.equal(moved, out)
+    # Another variant named by the environment: decided afresh, and the record says which.
+    monkeypatch.setenv(hopper.VARIANT_ENV, "m64n128s2pp")
+    other, why_other = run(q, k, v)
+    check(other, q, k, v)
+    assert "variant m64n128s2pp:" in why_other
+    assert why_other != why
 
 
 def test_variable_length_matches_padded_batches() -> None:

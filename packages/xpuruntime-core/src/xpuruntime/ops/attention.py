@@ -54,7 +54,9 @@ def _torch(x: Any, name: str) -> torch.Tensor:
             "xpuruntime.ops.attention runs Triton kernels on PyTorch tensors: pip install torch"
         ) from exc
     if isinstance(x, torch.Tensor):
-        return x.detach()
+        # Kernels write new tensors outside autograd (fused_attention is the differentiable
+        # op); only a tensor that records history needs detaching.
+        return x.detach() if x.requires_grad else x
     if hasattr(x, "__dlpack__"):
         from torch.utils.dlpack import from_dlpack
 

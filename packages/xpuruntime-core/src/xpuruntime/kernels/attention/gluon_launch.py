@@ -8,12 +8,11 @@ through the JIT, which compiles, caches and launches, and returns the compiled k
 kept under a key holding everything that JIT specialises on (the constants, the warps, each
 tensor's dtype and 16-byte alignment, each integer's being 1, divisible by 16 or past 32
 bits, each descriptor's dtype, block and layout), so a call the JIT would compile anew still
-goes through it. Later calls launch the kept kernel through its own launcher
-(``CompiledKernel.run``) with light descriptor arguments. On an H200 host the forward's
-launch took 27 µs against 37 µs through the ``[grid]`` wrapper with Gluon descriptors (the
-previous launcher, which already skipped the JIT), and the whole Gluon forward 73 µs against
-87 µs (``scripts/hopper_launch_host_time.py``); the backward's launches went through the JIT
-before.
+goes through it. Later calls launch the kept kernel (:class:`Kept`) through its own launcher
+(``CompiledKernel.run``) with light descriptor arguments; a caller that knows from a key of
+its own that a call specialises as an earlier one did launches the kept kernel directly
+(the Hopper forward's repeated calls, :mod:`.hopper`), without this module's per-argument
+key. Measured by ``scripts/attention_host_time.py`` (docs/attention.md).
 
 Light: ``import xpuruntime`` loads it (through :mod:`.hopper`), so torch and Triton are
 imported inside the functions.
@@ -30,7 +29,7 @@ from xpuruntime.runtime.errors import XpuRuntimeError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Tma", "launch"]
+__all__ = ["Kept", "Tma", "launch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +57,6 @@ class _HostDescriptor:
         self.shape = list(x.shape)
         self.strides = list(x.stride())
         self.padding = "zero"
-
-
-#: (kernel, device, constants, warps, Triton's debug and instrumentation settings, the
-#: arguments' specialisations) -> (the compiled kernel, its constant arguments' values in the
-#: kernel's order).
-_compiled: dict[tuple[Any, ...], tuple[Any, tuple[Any, ...]]] = {}
 
 
 def _int_key(value: int) -> Any:
@@ -122,6 +115,49 @@ def _launch_hooks_set(runtime: Any) -> bool:
     return bool(getattr(enter, "calls", enter)) or bool(getattr(leave, "calls", leave))
 
 
+class Kept:
+    """A kernel the JIT compiled for one specialisation of its arguments, launched again with
+    arguments of that same specialisation through its own launcher
+    (``CompiledKernel.run``), without :func:`launch`'s cache key (built per argument on every
+    call, the larger part of a launch's host time). The caller must know that the arguments
+    specialise as the first call's did (the same dtypes, tensors' 16-byte alignment,
+    integers' classes, descriptors' dtype, block and layout), e.g. from a cache of its own
+    keyed on the shapes, strides and alignment that determine them."""
+
+    __slots__ = ("constant_values", "device", "kernel")
+
+    def __init__(self, kernel: Any, constant_values: tuple[Any, ...], device: int) -> None:
+        self.kernel = kernel  # Triton's CompiledKernel
+        self.constant_values = constant_values  # in the kernel's argument order
+        self.device = device
+
+    def launch(self, grid: tuple[int, ...], args: Sequence[Any]) -> None:
+        """Launch on ``grid`` on the current stream of the device it was compiled for, with
+        ``args`` as :func:`launch` takes them (less the constants)."""
+        from triton import knobs
+        from triton.runtime import driver
+
+        kernel = self.kernel
+        values = [_HostDescriptor(a.tensor) if type(a) is Tma else a for a in args]
+        grid3 = (*grid, 1, 1)[:3]
+        stream = driver.active.get_current_stream(self.device)
+        if _launch_hooks_set(knobs.runtime):
+            kernel[grid3](*values, *self.constant_values, stream=stream)
+            return
+        # CompiledKernel.run is its launcher: grid, stream, function, then the packed metadata,
+        # launch metadata and hooks (none here), then the kernel's arguments.
+        kernel.run(
+            *grid3, stream, kernel.function, kernel.packed_metadata, None, None, None,
+            *values, *self.constant_values,
+        )  # fmt: skip
+
+
+#: (kernel, device, constants, warps, Triton's debug and instrumentation settings, the
+#: arguments' specialisations) -> the compiled kernel and its constant arguments' values in
+#: the kernel's order.
+_compiled: dict[tuple[Any, ...], Kept] = {}
+
+
 def launch(
     fn: Any,
     grid: tuple[int, ...],
@@ -130,12 +166,14 @@ def launch(
     *,
     num_warps: int = 4,
     maxnreg: int | None = None,
-) -> None:
+) -> Kept | None:
     """Launch the JIT function ``fn`` on ``grid`` on the current device's current stream:
     ``args`` its runtime arguments in order (tensors, integers, floats, :class:`Tma`
     descriptors), ``constants`` its ``constexpr`` arguments by name, which must be exactly
     the arguments after the runtime ones (checked before anything runs). ``maxnreg``: the
-    registers a thread at launch (ptxas' ``.maxnreg``), None for the compiler's choice."""
+    registers a thread at launch (ptxas' ``.maxnreg``), None for the compiler's choice.
+    Returns the kept compiled kernel (:class:`Kept`), or None where none is kept (Triton's
+    interpreter, a function with pre-run hooks)."""
     from triton import knobs
     from triton.runtime import driver
 
@@ -146,32 +184,23 @@ def launch(
         num_warps, maxnreg, knobs.runtime.debug, knobs.compilation.instrumentation_mode,
         tuple([_arg_key(arg) for arg in args]),
     )  # fmt: skip
-    entry = _compiled.get(key)
-    if entry is None or getattr(fn, "pre_run_hooks", None):  # the JIT runs them every call
-        rest = fn.arg_names[len(args) :]
-        if set(rest) != set(constants):
-            raise XpuRuntimeError(
-                f"gluon_launch: {fn.__name__} takes {list(rest)} after its {len(args)} runtime "
-                f"arguments, but the constants given are {list(constants)}"
-            )
-        values = [_gluon_descriptor(a) if isinstance(a, Tma) else a for a in args]
-        options = {"num_warps": num_warps} | ({} if maxnreg is None else {"maxnreg": maxnreg})
-        kernel = fn[grid](*values, **constants, **options)
-        if kernel is not None:  # None: Triton's interpreter, which keeps no compiled kernel
-            # Later calls pass every argument in the kernel's order, constants included, as
-            # the JIT passes them to the compiled kernel.
-            _compiled[key] = (kernel, tuple(constants[name] for name in rest))
-        return
-    kernel, constant_values = entry
-    values = [_HostDescriptor(a.tensor) if isinstance(a, Tma) else a for a in args]
-    grid3 = (*grid, 1, 1)[:3]
-    stream = driver.active.get_current_stream(device)
-    if _launch_hooks_set(knobs.runtime):
-        kernel[grid3](*values, *constant_values, stream=stream)
-        return
-    # CompiledKernel.run is its launcher: grid, stream, function, then the packed metadata,
-    # launch metadata and hooks (none here), then the kernel's arguments.
-    kernel.run(
-        *grid3, stream, kernel.function, kernel.packed_metadata, None, None, None,
-        *values, *constant_values,
-    )  # fmt: skip
+    kept = _compiled.get(key)
+    if kept is not None and not getattr(fn, "pre_run_hooks", None):
+        kept.launch(grid, args)
+        return kept
+    # The JIT: it compiles (or finds) the kernel and launches it, and runs pre-run hooks.
+    rest = fn.arg_names[len(args) :]
+    if set(rest) != set(constants):
+        raise XpuRuntimeError(
+            f"gluon_launch: {fn.__name__} takes {list(rest)} after its {len(args)} runtime "
+            f"arguments, but the constants given are {list(constants)}"
+        )
+    values = [_gluon_descriptor(a) if isinstance(a, Tma) else a for a in args]
+    options = {"num_warps": num_warps} | ({} if maxnreg is None else {"maxnreg": maxnreg})
+    kernel = fn[grid](*values, **constants, **options)
+    if kernel is None or getattr(fn, "pre_run_hooks", None):
+        return None  # None: Triton's interpreter, which keeps no compiled kernel
+    # Later calls pass every argument in the kernel's order, constants included, as the JIT
+    # passes them to the compiled kernel.
+    kept = _compiled[key] = Kept(kernel, tuple(constants[name] for name in rest), device)
+    return kept
