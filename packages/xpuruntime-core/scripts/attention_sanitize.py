@@ -74,8 +74,9 @@ def hopper(
         torch.randn(2, kv_heads, seq_k, dim, device="cuda", dtype=torch.bfloat16) for _ in range(2)
     )
     for name in [n for n in variant_names(dim) if not only or n in only]:
-        # Twice: the first call goes through Triton's JIT, the second launches the compiled
-        # kernel it kept (gluon_launch), so both launch paths run under the sanitizer.
+        # Twice: the first call goes through Triton's JIT, the second repeats it through the
+        # compiled kernel it kept (hopper._Repeat), so both launch paths run under the
+        # sanitizer.
         first, _ = hopper_attention_forward(q, k, v, causal=causal, variant=name)
         out, lse = hopper_attention_forward(q, k, v, causal=causal, variant=name)
         assert torch.equal(first, out), name

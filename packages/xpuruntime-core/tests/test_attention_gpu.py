@@ -614,8 +614,13 @@ def test_hopper_forward_repeats_an_earlier_call_only_where_its_key_fixes_the_lau
         )
         torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
 
+    def key(q: Any, out: Any = None, scale: Any = None, stream: Any = None) -> Any:
+        return hopper._repeat_key(q, k, v, out, False, scale, None, stream)
+
     out, why = run(q, k, v)
     check(out, q, k, v)
+    # ops.attention hands the forward an output of the query's layout: that call's key.
+    assert key(q, out=torch.empty_like(q)) in hopper._REPEATS
     key_count = len(hopper._REPEATS)
     again, why_again = run(q, k2, v)  # new key tensor, same key: repeats, with k2's values
     assert len(hopper._REPEATS) == key_count
@@ -637,11 +642,40 @@ def test_hopper_forward_repeats_an_earlier_call_only_where_its_key_fixes_the_lau
     storage = torch.empty(q.numel() + 1, device="cuda", dtype=q.dtype)
     unaligned = storage[1:].view(shape)
     unaligned.copy_(q)
+    assert key(q) is not None
+    assert key(unaligned) is None
+    assert key(q, out=unaligned) is None
+    assert key(q, stream=torch.cuda.current_stream().cuda_stream) is None
+    assert key(q, scale=1) is None  # an int: the launch converts it, the key would not
+    assert key(q.cpu()) is None
     count = len(hopper._REPEATS)
     moved, why_moved = run(unaligned, k, v)
     assert len(hopper._REPEATS) == count
     assert why_moved == why
     assert torch.equal(moved, out)
+    # Triton's debug and instrumentation settings change what the JIT compiles: another key;
+    # a kernel with pre-run hooks (which only the JIT runs) repeats nothing.
+    from triton import knobs
+
+    from xpuruntime.kernels.attention import _hopper_kernels
+
+    plain = key(q)
+    with knobs.runtime.scope():
+        knobs.runtime.debug = True
+        debugging = key(q)
+    assert debugging is not None
+    assert debugging != plain
+    assert key(q) == plain
+    fn = _hopper_kernels._xrt_attn_fwd_hopper
+
+    def hook(*args: Any, **kwargs: Any) -> None:
+        pass
+
+    fn.add_pre_run_hook(hook)
+    try:
+        assert key(q) is None
+    finally:
+        fn.pre_run_hooks.remove(hook)
     # Another variant named by the environment: decided afresh, and the record says which.
     monkeypatch.setenv(hopper.VARIANT_ENV, "m64n128s2pp")
     other, why_other = run(q, k, v)

@@ -364,23 +364,3 @@ def test_persistent_schedule_deals_every_item_once_and_balances_causal_work() ->
             dealt += sorted(range(items), key=lambda i: i % grid)
             fixed = loads(dealt, grid, d, section)
             assert max(fixed) > 1.1 * sum(fixed) / grid
-
-
-def test_a_dense_forward_repeats_no_call_whose_launch_its_key_does_not_fix() -> None:
-    """``hopper._repeat_key`` is None (the call decides afresh) for a stream given, a scale
-    other than a float, an address TMA cannot read as given, and a tensor off the GPU; the
-    calls it keys repeat on an H100/H200 (test_attention_gpu.py)."""
-    torch = pytest.importorskip("torch")
-    from xpuruntime.kernels.attention import hopper
-
-    x = torch.zeros(1, 2, 64, 64, dtype=torch.bfloat16)
-    unaligned = torch.zeros(x.numel() + 1, dtype=torch.bfloat16)[1:].view(x.shape)
-
-    def key(q: Any, out: Any = None, scale: Any = None, stream: Any = None) -> Any:
-        return hopper._repeat_key(q, x, x, out, False, scale, None, stream)
-
-    assert key(x, stream=7) is None
-    assert key(x, scale=1) is None  # an int: the launch converts it, the key would not
-    assert key(unaligned) is None
-    assert key(x, out=unaligned) is None
-    assert key(x, scale=0.5) is None  # CPU tensors

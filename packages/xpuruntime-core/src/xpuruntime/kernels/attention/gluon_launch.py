@@ -29,7 +29,7 @@ from xpuruntime.runtime.errors import XpuRuntimeError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Kept", "Tma", "launch"]
+__all__ = ["Kept", "Tma", "launch", "relaunch_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +158,23 @@ class Kept:
 _compiled: dict[tuple[Any, ...], Kept] = {}
 
 
+def _jit_settings() -> tuple[Any, ...]:
+    """Triton's settings the JIT compiles under besides the arguments: debug and
+    instrumentation (e.g. the sanitizer's); a kept kernel serves only the settings it was
+    compiled under."""
+    from triton import knobs
+
+    return knobs.runtime.debug, knobs.compilation.instrumentation_mode
+
+
+def relaunch_key(fn: Any) -> tuple[Any, ...] | None:
+    """What a caller's own key for launching ``fn``'s kept kernels again
+    (:meth:`Kept.launch`) must hold besides its arguments' specialisation: Triton's settings
+    the JIT compiles under. None when ``fn`` has pre-run hooks, which only the JIT runs (every
+    call then goes through :func:`launch`)."""
+    return None if getattr(fn, "pre_run_hooks", None) else _jit_settings()
+
+
 def launch(
     fn: Any,
     grid: tuple[int, ...],
@@ -174,15 +191,13 @@ def launch(
     registers a thread at launch (ptxas' ``.maxnreg``), None for the compiler's choice.
     Returns the kept compiled kernel (:class:`Kept`), or None where none is kept (Triton's
     interpreter, a function with pre-run hooks)."""
-    from triton import knobs
     from triton.runtime import driver
 
     device = driver.active.get_current_device()
     key = (
         id(fn), device,
         tuple([(name, type(value), value) for name, value in constants.items()]),
-        num_warps, maxnreg, knobs.runtime.debug, knobs.compilation.instrumentation_mode,
-        tuple([_arg_key(arg) for arg in args]),
+        num_warps, maxnreg, *_jit_settings(), tuple([_arg_key(arg) for arg in args]),
     )  # fmt: skip
     kept = _compiled.get(key)
     if kept is not None and not getattr(fn, "pre_run_hooks", None):

@@ -703,12 +703,17 @@ class _Repeat:
 
     def run(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None
-    ) -> ForwardRun:
+    ) -> ForwardRun | None:
+        """The repeated call's result; None (nothing launched) where a new allocation is
+        not 16-byte aligned as the kept kernel takes it (an allocator other than PyTorch's
+        default): the caller then decides afresh."""
         import torch
 
         d = self.dims
         target = torch.empty_like(q) if out is None else out
         lse = torch.empty((d.batch, d.heads, d.seqlen_q), dtype=torch.float32, device=q.device)
+        if (target.data_ptr() | lse.data_ptr()) % 16:
+            return None
         grid, args = _launch_args(
             self.config, d, q, k, v, target, lse, self.scale, None, None, self.sched
         )
@@ -734,10 +739,11 @@ def _repeat_key(
 ) -> tuple[Any, ...] | None:
     """The key of a dense call in :data:`_REPEATS`, or None where a call cannot repeat an
     earlier one: a stream given, a scale other than a float or None, an input or output
-    address not 16-byte aligned, a device other than the current one. Everything the
-    checks, the variant's choice and the launch's arguments and specialisation depend on is in
-    it (shapes, strides, dtypes and devices, the mask, the scale, the variant asked for and
-    its environment variable), the addresses only through their alignment."""
+    address not 16-byte aligned, a device other than the current one, a kernel with Triton
+    pre-run hooks. Everything the checks, the variant's choice and the launch's arguments
+    and specialisation depend on is in it (shapes, strides, dtypes and devices, the mask, the
+    scale, the variant asked for and its environment variable, Triton's debug and
+    instrumentation settings), the addresses only through their alignment."""
     import torch
 
     if stream is not None or not (scale is None or type(scale) is float):
@@ -746,11 +752,16 @@ def _repeat_key(
         return None
     if q.device.type != "cuda" or q.device.index != torch.cuda.current_device():
         return None
+    from xpuruntime.kernels.attention import _hopper_kernels
+
+    settings = gluon_launch.relaunch_key(_hopper_kernels._xrt_attn_fwd_hopper)
+    if settings is None:
+        return None
     return (
         q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
         v.shape, v.stride(), v.dtype, v.device,
         None if out is None else (out.shape, out.stride(), out.dtype, out.device),
-        causal, scale, variant, os.environ.get(VARIANT_ENV),
+        causal, scale, variant, os.environ.get(VARIANT_ENV), settings,
     )  # fmt: skip
 
 
@@ -830,8 +841,9 @@ def hopper_attention_forward_run(
     repeat_key = None if packed else _repeat_key(q, k, v, out, causal, scale, variant, stream)
     if repeat_key is not None:
         repeat = _REPEATS.get(repeat_key)
-        if repeat is not None:
-            return repeat.run(q, k, v, out)
+        repeated = None if repeat is None else repeat.run(q, k, v, out)
+        if repeated is not None:
+            return repeated
     cu_seqlens = None
     if packed:
         cu_q, cu_k, seqlen_q, seqlen_k = _packed_lengths(
