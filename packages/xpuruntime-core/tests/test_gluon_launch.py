@@ -42,3 +42,15 @@ def test_descriptors_are_keyed_by_dtype_block_and_layout_not_by_the_tensor() -> 
     assert _arg_key(Tma(a, (1, 64), "layout")) != _arg_key(Tma(a, (2, 64), "layout"))
     assert _arg_key(Tma(a, (1, 64), "layout")) != _arg_key(Tma(a, (1, 64), "other"))
     assert _arg_key(Tma(a, (1, 64), "layout")) != _arg_key(Tma(a.half(), (1, 64), "layout"))
+
+
+def test_a_tensor_type_is_keyed_by_its_own_entry_after_its_first_argument() -> None:
+    from xpuruntime.kernels.attention import gluon_launch
+
+    x = torch.nn.Parameter(torch.zeros(64, dtype=torch.float16)[8:])  # a tensor subclass
+    first = _arg_key(x)
+    assert gluon_launch._KEYS[torch.nn.Parameter] is gluon_launch._pointer_key
+    assert _arg_key(x) == first == (torch.float16, True)
+    # Numbers of other types are keyed as numbers every time, never as pointers.
+    assert _arg_key(np.int64(1)) == _arg_key(1)
+    assert np.int64 not in gluon_launch._KEYS

@@ -78,12 +78,12 @@ def _pointer_key(x: torch.Tensor) -> Any:
 #: What Triton's JIT specialises an argument on, by the argument's type: an integer on being
 #: 1, divisible by 16, fitting 32 bits; a pointer (a tensor) on its dtype and 16-byte
 #: alignment; a descriptor on its dtype, block and layout; a float or bool on its type alone.
-#: Looked up by exact type, the common case (the key is built on every call); subclasses
-#: (numpy scalars, tensor subclasses) go through :func:`_key_of_subclass`.
+#: Looked up by exact type, the common case (the key is built on every call); other types
+#: (tensors, numpy scalars) go through :func:`_key_of_other` once, which adds the tensors'.
 _KEYS: dict[type, Any] = {int: _int_key, float: _type_key, bool: _type_key, Tma: _tma_key}
 
 
-def _key_of_subclass(arg: Any) -> Any:
+def _key_of_other(arg: Any) -> Any:
     import numbers
 
     if isinstance(arg, bool):
@@ -92,12 +92,14 @@ def _key_of_subclass(arg: Any) -> Any:
         return _int_key(int(arg))
     if isinstance(arg, numbers.Real):
         return float
+    # A pointer: later arguments of this type skip the (abstract-class) checks above.
+    _KEYS[type(arg)] = _pointer_key
     return _pointer_key(arg)
 
 
 def _arg_key(arg: Any) -> Any:
     by_type = _KEYS.get(type(arg))
-    return by_type(arg) if by_type is not None else _key_of_subclass(arg)
+    return by_type(arg) if by_type is not None else _key_of_other(arg)
 
 
 def _gluon_descriptor(arg: Tma) -> Any:
