@@ -10,8 +10,13 @@ interleaved over seven rounds; prints the best and median µs per call of:
 - ``ops.attention``: the user's entry under a policy naming ``xrt_flash_hopper``;
 - ``launch.hopper_forward``: below the op layer (no decision, no note);
 - ``hopper_attention_forward_run``: below the layout views and the output allocation;
-- ``gluon_launch.launch``: the kernel's launch alone, with the arguments the forward built;
+- ``gluon_launch.launch``: the kernel's launch alone, with the arguments the forward built,
+  through the launcher's per-argument key;
+- ``Kept.launch``: the same launch through the kept kernel, as a repeated call launches it;
+- ``repeat key``: a repeated call's key alone (``hopper._repeat_key``);
 - ``resolve``: the op layer's decision alone (``ops.attention._resolve``);
+- ``op checks``: the op layer's checks of its inputs alone (``ops.attention._torch`` and
+  ``_dims``);
 - ``torch.empty x2``: the output and log-sum-exp allocations alone.
 
 Then ``cProfile`` over 2000 ``ops.attention`` calls: the 30 functions of most own time
@@ -76,6 +81,10 @@ def main() -> None:
     q = torch.randn(1, 16, 128, 128, device="cuda", dtype=torch.bfloat16)
     policy = KernelPolicy(attention="xrt_flash_hopper")
     c = _captured_launch(q)
+    kept = gluon_launch.launch(c["fn"], c["grid"], c["args"], c["constants"], **c["options"])
+    if kept is None:
+        raise SystemExit("Triton kept no compiled kernel (its interpreter, or pre-run hooks)")
+    print(f"kept kernel launched {'directly' if kept.direct else 'through CompiledKernel.run'}")
     dims = attention_op._dims(q, q, q, "bhsd", False)
     cases: dict[str, Callable[[], object]] = {
         "sdpa (cuDNN)": lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True),
@@ -89,7 +98,16 @@ def main() -> None:
         "gluon_launch.launch": lambda: gluon_launch.launch(
             c["fn"], c["grid"], c["args"], c["constants"], **c["options"]
         ),
+        "Kept.launch": lambda: kept.launch(c["grid"], c["args"]),
+        "repeat key": lambda: hopper._repeat_key(q, q, q, None, True, None, None, None),
         "resolve": lambda: attention_op._resolve(q, dims, None, True, policy),
+        "op checks": lambda: attention_op._dims(
+            attention_op._torch(q, "q"),
+            attention_op._torch(q, "k"),
+            attention_op._torch(q, "v"),
+            "bhsd",
+            False,
+        ),
         "torch.empty x2": lambda: (
             torch.empty(q.shape, dtype=q.dtype, device=q.device),
             torch.empty(q.shape[:3], dtype=torch.float32, device=q.device),

@@ -8,11 +8,12 @@ through the JIT, which compiles, caches and launches, and returns the compiled k
 kept under a key holding everything that JIT specialises on (the constants, the warps, each
 tensor's dtype and 16-byte alignment, each integer's being 1, divisible by 16 or past 32
 bits, each descriptor's dtype, block and layout), so a call the JIT would compile anew still
-goes through it. Later calls launch the kept kernel (:class:`Kept`) through its own launcher
-(``CompiledKernel.run``) with light descriptor arguments; a caller that knows from a key of
-its own that a call specialises as an earlier one did launches the kept kernel directly
-(the Hopper forward's repeated calls, :mod:`.hopper`), without this module's per-argument
-key. Measured by ``scripts/attention_host_time.py`` (docs/attention.md).
+goes through it. Later calls launch the kept kernel (:class:`Kept`) through Triton's
+compiled C launcher without its Python wrappers (:class:`_Direct`), or, where that launcher
+is laid out otherwise, through ``CompiledKernel.run`` with light descriptor arguments; a
+caller that knows from a key of its own that a call specialises as an earlier one did
+launches the kept kernel directly (the Hopper forward's repeated calls, :mod:`.hopper`),
+without this module's per-argument key. Measured by ``scripts/attention_host_time.py`` (docs/attention.md).
 
 Light: ``import xpuruntime`` loads it (through :mod:`.hopper`), so torch and Triton are
 imported inside the functions.
@@ -117,37 +118,151 @@ def _launch_hooks_set(runtime: Any) -> bool:
     return bool(getattr(enter, "calls", enter)) or bool(getattr(leave, "calls", leave))
 
 
+class _Direct:
+    """Triton's compiled launcher for one kernel (Triton 3.6's ``CudaLauncher``), called
+    without its Python wrappers: ``CudaLauncher.__call__`` (scratch allocation, none here)
+    and the wrapper that expands each descriptor argument into its encoded tensor map,
+    shape and strides (a loop over every argument, with a dictionary of the kernel's
+    descriptor metadata read per descriptor). Here the descriptors' positions and metadata
+    are read once, so a launch expands the four descriptors and passes the rest as they
+    are; the C launcher itself (argument parsing, pointer checks, ``cuLaunchKernelEx``) is
+    Triton's. A CUDA tensor passed as a pointer goes as its address: the launcher takes an
+    integer as it is, where for a tensor it calls ``data_ptr`` and asks the driver whether
+    the address is a device one (``cuPointerGetAttribute``, per pointer and launch); a
+    tensor elsewhere goes as it is, for that check to refuse it. :meth:`of` returns None
+    where the launcher is not laid out as this expects (another Triton release, scratch
+    memory): those launches go through ``CompiledKernel.run``."""
+
+    __slots__ = ("current_stream", "fill", "head", "launch", "plan", "runtime")
+
+    def __init__(
+        self,
+        launch: Any,
+        head: tuple[Any, ...],
+        plan: list[tuple[int, tuple[Any, ...] | None]],
+        driver: Any,
+        runtime: Any,
+    ) -> None:
+        self.launch = launch  # the C function: grid, stream, then ``head``, then the arguments
+        self.head = head
+        # By position: (position, (swizzle, element size, dtype, block)) for a descriptor,
+        # (position, None) for a pointer.
+        self.plan = plan
+        self.fill = driver.utils.fill_tma_descriptor  # encodes a tensor map
+        self.current_stream = driver.get_current_stream  # a device's current raw stream
+        self.runtime = runtime  # Triton's runtime settings (launch hooks)
+
+    @classmethod
+    def of(cls, kernel: Any) -> _Direct | None:
+        try:
+            from triton import knobs
+            from triton.backends.nvidia import driver as nvidia
+            from triton.runtime import driver
+
+            launcher = kernel.run
+            if launcher.global_scratch_size or launcher.profile_scratch_size:
+                return None  # allocated per launch by CudaLauncher.__call__
+            wrapped = launcher.launch
+            if getattr(wrapped, "__name__", None) == "inner":  # expands descriptor arguments
+                cells = dict(
+                    zip(wrapped.__code__.co_freevars, wrapped.__closure__ or (), strict=True)
+                )
+                c_launch = cells["launcher"].cell_contents
+                positions = sorted(cells["tensordesc_indices"].cell_contents)
+                metadata = cells["tensordesc_meta"].cell_contents
+            elif type(wrapped).__name__ == "builtin_function_or_method":  # no descriptor
+                c_launch, positions, metadata = wrapped, [], []
+            else:
+                return None
+            if len(metadata) != len(positions) or any(
+                meta is None or meta["fp4_padded"] for meta in metadata
+            ):
+                return None
+            plan: list[tuple[int, tuple[Any, ...] | None]] = [
+                (position, (
+                    meta["swizzle"], meta["elem_size"],
+                    nvidia.TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]], meta["block_size"],
+                ))
+                for position, meta in zip(positions, metadata, strict=True)
+            ]  # fmt: skip
+            types = list(kernel.src.signature.values())
+            plan += [
+                (i, None) for i, ty in enumerate(types) if isinstance(ty, str) and ty[0] == "*"
+            ]
+            plan.sort(key=lambda entry: entry[0])
+            head = (
+                kernel.function, launcher.launch_cooperative_grid, launcher.launch_pdl,
+                None, None, kernel.packed_metadata, None, None, None,
+            )  # fmt: skip
+            return cls(c_launch, head, plan, driver.active, knobs.runtime)
+        except (AttributeError, KeyError, RuntimeError, TypeError, ValueError):
+            return None  # not the layout read above
+
+    def __call__(
+        self, grid3: tuple[int, ...], stream: int, args: Sequence[Any], constants: tuple[Any, ...]
+    ) -> None:
+        final = [*grid3, stream, *self.head]
+        fill, done = self.fill, 0
+        for position, meta in self.plan:
+            final += args[done:position]
+            arg = args[position]
+            done = position + 1
+            if meta is None:  # a pointer
+                final.append(arg.data_ptr() if getattr(arg, "is_cuda", False) else arg)
+                continue
+            if type(arg) is not Tma:
+                raise XpuRuntimeError(
+                    f"gluon_launch: argument {position} of a kept kernel must be a Tma, "
+                    f"got {type(arg).__name__}"
+                )
+            x = arg.tensor
+            shape, strides = list(x.shape), list(x.stride())
+            final.append(fill(x.data_ptr(), *meta, shape, strides, 0))  # 0: zero padding
+            final += shape
+            final += strides
+        final += args[done:]
+        final += constants
+        self.launch(*final)
+
+
 class Kept:
     """A kernel the JIT compiled for one specialisation of its arguments, launched again with
-    arguments of that same specialisation through its own launcher
-    (``CompiledKernel.run``), without :func:`launch`'s cache key (built per argument on every
-    call, the larger part of a launch's host time). The caller must know that the arguments
-    specialise as the first call's did (the same dtypes, tensors' 16-byte alignment,
-    integers' classes, descriptors' dtype, block and layout), e.g. from a cache of its own
-    keyed on the shapes, strides and alignment that determine them."""
+    arguments of that same specialisation through its own launcher, without :func:`launch`'s
+    cache key (built per argument on every call, the larger part of a launch's host time)
+    and, where Triton's launcher is laid out as :class:`_Direct` expects, without that
+    launcher's Python wrappers. The caller must know that the arguments specialise as the
+    first call's did (the same dtypes, tensors' 16-byte alignment, integers' classes,
+    descriptors' dtype, block and layout), e.g. from a cache of its own keyed on the shapes,
+    strides and alignment that determine them."""
 
-    __slots__ = ("constant_values", "device", "kernel")
+    __slots__ = ("constant_values", "device", "direct", "kernel")
 
     def __init__(self, kernel: Any, constant_values: tuple[Any, ...], device: int) -> None:
         self.kernel = kernel  # Triton's CompiledKernel
         self.constant_values = constant_values  # in the kernel's argument order
         self.device = device
+        self.direct = _Direct.of(kernel)
 
     def launch(self, grid: tuple[int, ...], args: Sequence[Any]) -> None:
         """Launch on ``grid`` on the current stream of the device it was compiled for, with
         ``args`` as :func:`launch` takes them (less the constants)."""
+        grid3 = (*grid, 1, 1)[:3]
+        direct = self.direct
+        if direct is not None and not _launch_hooks_set(direct.runtime):
+            direct(grid3, direct.current_stream(self.device), args, self.constant_values)
+            return
         from triton import knobs
         from triton.runtime import driver
 
         kernel = self.kernel
-        values = [_HostDescriptor(a.tensor) if type(a) is Tma else a for a in args]
-        grid3 = (*grid, 1, 1)[:3]
         stream = driver.active.get_current_stream(self.device)
         if _launch_hooks_set(knobs.runtime):
+            values = [_HostDescriptor(a.tensor) if type(a) is Tma else a for a in args]
             kernel[grid3](*values, *self.constant_values, stream=stream)
             return
         # CompiledKernel.run is its launcher: grid, stream, function, then the packed metadata,
         # launch metadata and hooks (none here), then the kernel's arguments.
+        values = [_HostDescriptor(a.tensor) if type(a) is Tma else a for a in args]
         kernel.run(
             *grid3, stream, kernel.function, kernel.packed_metadata, None, None, None,
             *values, *self.constant_values,

@@ -611,12 +611,30 @@ def _launch_args(
     sched: torch.Tensor | None = None,
 ) -> tuple[tuple[int, ...], tuple[Any, ...]]:
     """The grid and runtime arguments of :func:`_launch`'s kernel (which see)."""
+    grid, section = _grid(config, d, q.element_size(), q.device.index)
+    return grid, _kernel_args(config, d, q, k, v, out, lse, scale, cu_seqlens, fp8, sched, section)
+
+
+def _kernel_args(
+    config: Variant,
+    d: _Dims,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    scale: float,
+    cu_seqlens: tuple[torch.Tensor, torch.Tensor] | None,
+    fp8: Fp8Scales | None,
+    sched: torch.Tensor | None,
+    section: int,
+) -> tuple[Any, ...]:
+    """The runtime arguments of :func:`_launch`'s kernel, ``section`` being :func:`_grid`'s."""
     if config.persistent and sched is None:
         raise XpuRuntimeError(f"hopper attention: {config.name} launched without its schedule")
-    grid, section = _grid(config, d, q.element_size(), q.device.index)
     cu_q, cu_k = cu_seqlens if cu_seqlens is not None else (out, out)  # unused when dense
     scales = (fp8.q, fp8.k, fp8.v) if fp8 is not None else (lse, lse, lse)  # unused: 16-bit
-    args = (
+    return (
         _descriptor(q, config.block_m_wg),
         _descriptor(k, config.block_n),
         _descriptor(v, d.head_dim, config.block_n) if fp8 else _descriptor(v, config.block_n),
@@ -627,7 +645,6 @@ def _launch_args(
         fp8.q.shape[2] if fp8 is not None else 0, fp8.k.shape[2] if fp8 is not None else 0,
         scale * _LOG2E,
     )  # fmt: skip
-    return grid, args
 
 
 def _launch(
@@ -690,9 +707,9 @@ class ForwardRun:
 @dataclass(frozen=True, slots=True)
 class _Repeat:
     """What a dense forward call decided and launched, for the next call with the same
-    :func:`_repeat_key`: that call runs the same variant with the same schedule through the
-    kept kernel, skipping the checks, the choice and the launcher's cache key (their host
-    time was most of a short call's)."""
+    :func:`_repeat_key`: that call runs the same variant with the same schedule and grid
+    (``grid``, and ``section``, :func:`_grid`'s) through the kept kernel, skipping the checks,
+    the choice and the launcher's cache key (their host time was most of a short call's)."""
 
     config: Variant
     dims: _Dims
@@ -700,6 +717,8 @@ class _Repeat:
     sched: torch.Tensor | None
     kept: gluon_launch.Kept
     why: str
+    grid: tuple[int, ...]
+    section: int
 
     def run(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None
@@ -714,10 +733,10 @@ class _Repeat:
         lse = torch.empty((d.batch, d.heads, d.seqlen_q), dtype=torch.float32, device=q.device)
         if (target.data_ptr() | lse.data_ptr()) % 16:
             return None
-        grid, args = _launch_args(
-            self.config, d, q, k, v, target, lse, self.scale, None, None, self.sched
+        args = _kernel_args(
+            self.config, d, q, k, v, target, lse, self.scale, None, None, self.sched, self.section
         )
-        self.kept.launch(grid, args)
+        self.kept.launch(self.grid, args)
         return ForwardRun(target, lse, self.config, self.why)
 
 
@@ -916,7 +935,8 @@ def hopper_attention_forward_run(
             if repeat_key is not None and kept is not None and as_given and not twin:
                 if len(_REPEATS) >= _REPEATS_BOUND:
                     _REPEATS.clear()
-                _REPEATS[repeat_key] = _Repeat(config, d, scale, sched, kept, why)
+                grid, section = _grid(config, d, q.element_size(), q.device.index)
+                _REPEATS[repeat_key] = _Repeat(config, d, scale, sched, kept, why, grid, section)
         if out is not None and target is not out:
             out.copy_(target)
     return ForwardRun(target if out is None else out, lse, ran, why)
