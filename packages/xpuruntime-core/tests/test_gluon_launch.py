@@ -3,6 +3,9 @@ launches themselves run in test_attention_gpu.py on an H100/H200)."""
 
 from __future__ import annotations
 
+import types
+from typing import Any
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -54,3 +57,108 @@ def test_a_tensor_type_is_keyed_by_its_own_entry_after_its_first_argument() -> N
     # Numbers of other types are keyed as numbers every time, never as pointers.
     assert _arg_key(np.int64(1)) == _arg_key(1)
     assert np.int64 not in gluon_launch._KEYS
+
+
+def _recording_kernel(signature: dict[str, str], descriptors: list[dict[str, Any]]) -> Any:
+    """A compiled kernel as far as gluon_launch reads one: Triton's own ``CudaLauncher``
+    (built without compiling its C module) around Triton's own descriptor wrapper
+    (``wrap_handle_tensordesc``), whose C ``launch`` is replaced by one that records the
+    arguments it is given. The launch itself runs on a GPU in test_attention_gpu.py."""
+    from triton.backends.nvidia import driver as nvidia
+
+    calls: list[tuple[Any, ...]] = []
+
+    def launch(*args: Any) -> None:
+        calls.append(args)
+
+    launcher = object.__new__(nvidia.CudaLauncher)
+    launcher.num_ctas = 1
+    launcher.launch = nvidia.wrap_handle_tensordesc(launch, signature, descriptors)
+    launcher.global_scratch_size = launcher.profile_scratch_size = 0
+    launcher.global_scratch_align = launcher.profile_scratch_align = 1
+    launcher.launch_cooperative_grid, launcher.launch_pdl = False, True
+    return types.SimpleNamespace(
+        run=launcher,
+        function=4242,
+        packed_metadata=(4, 1, 1000),
+        src=types.SimpleNamespace(signature=signature),
+        calls=calls,
+    )
+
+
+class _OnDevice:
+    """A pointer argument that says it is a CUDA tensor (its address is a CPU tensor's)."""
+
+    is_cuda = True
+
+    def __init__(self, x: Any) -> None:
+        self.x = x
+
+    def data_ptr(self) -> int:
+        return int(self.x.data_ptr())
+
+
+def test_a_direct_launch_passes_what_tritons_launcher_wrappers_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """gluon_launch._Direct builds the C launcher's arguments itself; for a signature that
+    mixes descriptors, pointers, scalars and constants they must be exactly those Triton's
+    CudaLauncher and descriptor wrapper build for CompiledKernel.run, but for CUDA tensors
+    passed as their addresses. (The tensor-map encoding needs the CUDA driver: both paths
+    call the same stand-in here, and the real one on a GPU.)"""
+    pytest.importorskip("triton.backends.nvidia.driver", reason="needs Triton's CUDA backend")
+    from triton.runtime import driver
+
+    from xpuruntime.kernels.attention import gluon_launch
+    from xpuruntime.runtime.errors import XpuRuntimeError
+
+    def fill(*args: Any) -> tuple[Any, ...]:
+        return ("tensor map", args[0], args[1], args[2], args[3], tuple(args[4]),
+                tuple(args[5]), tuple(args[6]), args[7])  # fmt: skip
+
+    active = types.SimpleNamespace(
+        utils=types.SimpleNamespace(fill_tma_descriptor=fill),
+        get_current_stream=lambda device: 700 + device,
+    )
+    # Triton's active driver, restored after the test (without a GPU there is none to reset to)
+    monkeypatch.setattr(driver, "_active", active)
+    box = {"swizzle": 128, "elem_size": 2, "elem_type": 8, "block_size": [1, 1, 64, 128],
+           "fp4_padded": False}  # fmt: skip
+    signature = {
+        "q": "tensordesc<bf16[1,1,64,128]>", "k": "tensordesc<bf16[1,1,64,128]>",
+        "out": "*bf16", "lse": "*fp32", "n": "i32", "one": "constexpr", "scale": "fp32",
+        "v": "tensordesc<bf16[1,1,64,128]>", "none": "constexpr", "big": "i64",
+        "C1": "constexpr", "C2": "constexpr",
+    }  # fmt: skip
+    kernel = _recording_kernel(signature, [dict(box), dict(box), dict(box)])
+    kept = gluon_launch.Kept(kernel, (64, True), 0)
+    assert kept.direct is not None
+    x = torch.zeros(2, 3, 64, 128)
+    out, lse = _OnDevice(torch.zeros(16)), _OnDevice(torch.zeros(8))
+    box_of = (1, 1, 64, 128)
+    args = (gluon_launch.Tma(x, box_of, None), gluon_launch.Tma(x[1:], box_of, None), out, lse,
+            5, 1, 0.5, gluon_launch.Tma(x, box_of, None), None, 2**40)  # fmt: skip
+    kept.launch((3, 2), args)
+    kept.direct = None  # the same launch through CompiledKernel.run
+    kept.launch((3, 2), list(args))
+    direct, through_run = kernel.calls
+    assert direct[:13] == (3, 2, 1, 700, 4242, False, True, None, None, (4, 1, 1000),
+                           None, None, None)  # fmt: skip
+    assert direct[13] == ("tensor map", x.data_ptr(), 128, 2, 10, (1, 1, 64, 128),
+                          (2, 3, 64, 128), (24576, 8192, 128, 1), 0)  # fmt: skip
+    addresses = [a.data_ptr() if isinstance(a, _OnDevice) else a for a in through_run]
+    assert list(direct) == addresses
+    assert out in through_run  # Triton's wrappers pass the tensor,
+    assert out not in direct  # the direct launch its address
+    assert out.data_ptr() in direct
+
+    # A descriptor whose inner stride is not 1 is refused, as Triton's wrapper refuses it.
+    kept.direct = gluon_launch._Direct.of(kernel)
+    rows = torch.zeros(2, 3, 128, 64).transpose(2, 3)
+    bad = (gluon_launch.Tma(rows, box_of, None), *args[1:])
+    with pytest.raises(XpuRuntimeError, match="inner stride"):
+        kept.launch((3, 2), bad)
+
+    # Scratch memory (allocated per launch by CudaLauncher.__call__): no direct launch.
+    kernel.run.global_scratch_size = 16
+    assert gluon_launch._Direct.of(kernel) is None

@@ -124,14 +124,14 @@ class _Direct:
     and the wrapper that expands each descriptor argument into its encoded tensor map,
     shape and strides (a loop over every argument, with a dictionary of the kernel's
     descriptor metadata read per descriptor). Here the descriptors' positions and metadata
-    are read once, so a launch expands the four descriptors and passes the rest as they
-    are; the C launcher itself (argument parsing, pointer checks, ``cuLaunchKernelEx``) is
-    Triton's. A CUDA tensor passed as a pointer goes as its address: the launcher takes an
-    integer as it is, where for a tensor it calls ``data_ptr`` and asks the driver whether
-    the address is a device one (``cuPointerGetAttribute``, per pointer and launch); a
-    tensor elsewhere goes as it is, for that check to refuse it. :meth:`of` returns None
-    where the launcher is not laid out as this expects (another Triton release, scratch
-    memory): those launches go through ``CompiledKernel.run``."""
+    are read once, so a launch encodes each descriptor's tensor map and passes the rest as
+    they are; the C launcher itself (argument parsing, ``cuLaunchKernelEx``) is Triton's. A
+    CUDA tensor passed as a pointer goes as its address: the launcher takes an integer as
+    it is, where for a tensor it calls ``data_ptr`` and asks the driver about the address
+    (``cuPointerGetAttribute``, per pointer and launch); any other tensor goes as it is,
+    for that query to judge it as before. :meth:`of` returns None where the launcher is
+    not Triton 3.6's ``CudaLauncher`` laid out as read here, or needs scratch memory: those
+    launches go through ``CompiledKernel.run``."""
 
     __slots__ = ("current_stream", "fill", "head", "launch", "plan", "runtime")
 
@@ -160,10 +160,15 @@ class _Direct:
             from triton.runtime import driver
 
             launcher = kernel.run
+            if type(launcher) is not nvidia.CudaLauncher or nvidia._BASE_ARGS_FORMAT != (
+                "iiiKKppOOOOOO"  # grid, stream, function, flags, scratch, metadata, hooks
+            ):
+                return None
             if launcher.global_scratch_size or launcher.profile_scratch_size:
                 return None  # allocated per launch by CudaLauncher.__call__
             wrapped = launcher.launch
-            if getattr(wrapped, "__name__", None) == "inner":  # expands descriptor arguments
+            qualname = getattr(wrapped, "__qualname__", None)
+            if qualname == "wrap_handle_tensordesc.<locals>.inner":  # expands descriptors
                 cells = dict(
                     zip(wrapped.__code__.co_freevars, wrapped.__closure__ or (), strict=True)
                 )
@@ -217,6 +222,11 @@ class _Direct:
                 )
             x = arg.tensor
             shape, strides = list(x.shape), list(x.stride())
+            if strides[-1] != 1:  # the encoding assumes it (Triton's own wrapper asserts it)
+                raise XpuRuntimeError(
+                    f"gluon_launch: descriptor argument {position} has inner stride "
+                    f"{strides[-1]}, not 1"
+                )
             final.append(fill(x.data_ptr(), *meta, shape, strides, 0))  # 0: zero padding
             final += shape
             final += strides
