@@ -597,24 +597,6 @@ class Fp8Scales:
     k_block: int
 
 
-def _launch_args(
-    config: Variant,
-    d: _Dims,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    out: torch.Tensor,
-    lse: torch.Tensor,
-    scale: float,
-    cu_seqlens: tuple[torch.Tensor, torch.Tensor] | None,
-    fp8: Fp8Scales | None = None,
-    sched: torch.Tensor | None = None,
-) -> tuple[tuple[int, ...], tuple[Any, ...]]:
-    """The grid and runtime arguments of :func:`_launch`'s kernel (which see)."""
-    grid, section = _grid(config, d, q.element_size(), q.device.index)
-    return grid, _kernel_args(config, d, q, k, v, out, lse, scale, cu_seqlens, fp8, sched, section)
-
-
 def _kernel_args(
     config: Variant,
     d: _Dims,
@@ -670,7 +652,8 @@ def _launch(
     kind and launches it directly afterwards; it is returned (None where none is kept)."""
     from xpuruntime.kernels.attention import _hopper_kernels
 
-    grid, args = _launch_args(config, d, q, k, v, out, lse, scale, cu_seqlens, fp8, sched)
+    grid, section = _grid(config, d, q.element_size(), q.device.index)
+    args = _kernel_args(config, d, q, k, v, out, lse, scale, cu_seqlens, fp8, sched, section)
     constants = {
         "HEAD_DIM": d.head_dim,
         "BLOCK_M_WG": config.block_m_wg,
