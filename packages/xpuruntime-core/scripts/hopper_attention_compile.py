@@ -93,6 +93,7 @@ def compile_one(
         CONSUMER_REGS=variant.consumer_regs,
         PRODUCER_REGS=variant.producer_regs,
         NUM_WG=variant.num_wg,
+        Q_BUFFERS=variant.q_buffers,
         PERSISTENT=variant.persistent,
         LPT=variant.lpt,
         VARLEN=varlen,

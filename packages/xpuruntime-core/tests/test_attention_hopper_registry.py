@@ -237,6 +237,32 @@ def test_forward_variant_names_round_trip_and_fp8_takes_its_own() -> None:
         hopper.parse_variant("m64n128s2pp_e8")
 
 
+def test_two_query_buffers_take_a_persistent_variant_and_their_shared_memory() -> None:
+    """``q2``: a second query tile per consumer warpgroup, only where a CTA loops over work
+    items (persistent); it counts in the shared memory a variant needs, and the 2-D and
+    ``_l`` twins a persistent variant runs as drop it."""
+    from xpuruntime.kernels.attention import hopper
+    from xpuruntime.runtime.errors import InvalidArgumentError
+
+    two = hopper.parse_variant("m64n64s3np_pq2")
+    assert (two.q_buffers, two.persistent, two.name) == (2, True, "m64n64s3np_pq2")
+    one = hopper.parse_variant("m64n64s3np_p")
+    # One more 128 x 128 bf16 query tile: 32 KiB.
+    assert two.smem_bytes(128) - one.smem_bytes(128) == 128 * 128 * 2
+    # The largest persistent tiles at head size 128 still fit with two query buffers.
+    widest = hopper._checked_variant(128, "m64n128s2pp_pq2")
+    assert widest.smem_bytes(128) <= widest.smem_limit()
+    assert hopper.parse_variant("m64n64s2np_pq2o2").ctas_per_sm == 2
+    for name in ("m64n128s2pp_q2", "m64n128s2pp_lq2"):
+        with pytest.raises(InvalidArgumentError, match="take a persistent variant"):
+            hopper.parse_variant(name)
+    with pytest.raises(InvalidArgumentError, match="is not of the form"):
+        hopper.parse_variant("m64n128s2pp_q2p")
+    assert two.twin(lpt=True).name == "m64n64s3np_l"
+    assert two.twin(lpt=False).name == "m64n64s3np"
+    assert one.twin(lpt=True) == hopper.parse_variant("m64n64s3np_l")
+
+
 def test_two_ctas_an_sm_fit_the_register_file_and_shared_memory() -> None:
     """``o2``: 80 registers a thread at launch for two CTAs of three warpgroups (65536 a
     SM), the consumers' share after setmaxnreg within what the producer leaves, half the
@@ -271,10 +297,11 @@ def test_two_ctas_an_sm_fit_the_register_file_and_shared_memory() -> None:
 
 
 def test_forward_default_follows_head_size_mask_and_length(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Key blocks of 64 without ping-pong on the shortest sequences (two CTAs an SM at head
-    size 64), persistent variants on short sequences and causal ones (at head size 64 below
-    8192 keys), three consumer warpgroups on longer ones at head size 64; a given name, then
-    the environment, come before the defaults, and the reason says which."""
+    """Key blocks of 64 without ping-pong on the shortest causal sequences (two CTAs an SM
+    at head size 64), persistent variants on short sequences and causal ones (at head size
+    64 below 8192 keys), with two query buffers on the shortest, three consumer warpgroups
+    on longer ones at head size 64; a given name, then the environment, come before the
+    defaults, and the reason says which."""
     from xpuruntime.kernels.attention import hopper
 
     monkeypatch.delenv(hopper.VARIANT_ENV, raising=False)
@@ -282,7 +309,7 @@ def test_forward_default_follows_head_size_mask_and_length(monkeypatch: pytest.M
     def name(head_dim: int, causal: bool, keys: int) -> str:
         return hopper._variant(head_dim, None, causal, keys)[0].name
 
-    assert name(64, False, 512) == "m64n64s2np_po2"
+    assert name(64, False, 512) == "m64n128s2pp_pq2"
     assert name(64, False, 1024) == "m64n128s2pp_p"
     assert name(64, False, 2048) == "m64n128s2pp_w3"
     assert name(64, True, 1024) == "m64n64s2np_po2"
@@ -290,9 +317,11 @@ def test_forward_default_follows_head_size_mask_and_length(monkeypatch: pytest.M
     assert name(64, True, 4095) == "m64n64s2np_po2"
     assert name(64, True, 4096) == "m64n128s2pp_p"
     assert name(64, True, 8192) == "m64n128s2pp_w3l"
+    assert name(128, False, 1024) == "m64n128s2pp_pq2"
+    assert name(128, False, 2048) == "m64n128s2pp_p"
     assert name(128, False, 8192) == "m64n128s2pp_p"
     assert name(128, False, 16384) == "m64n128s2pp"
-    assert name(128, True, 512) == "m64n64s3np_p"
+    assert name(128, True, 512) == "m64n64s3np_pq2"
     assert name(128, True, 1024) == "m64n128s2pp_p"
     assert name(128, True, 16384) == "m64n128s2pp_p"
     assert name(256, True, 512) == "m64n64s2pp"

@@ -384,8 +384,9 @@ def _consumer(
     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready, v_empty,
     turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED, stride_os, stride_oh,
     stride_lh, seqlen_q, seqlen_k, num_heads, group, batch_heads, section, q_blocks, k_blocks,
-    qk_scale, WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M_WG: gl.constexpr,
-    BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+    qk_scale, WG: gl.constexpr, NUM_WG: gl.constexpr, Q_BUFFERS: gl.constexpr,
+    HEAD_DIM: gl.constexpr, BLOCK_M_WG: gl.constexpr, BLOCK_N: gl.constexpr,
+    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
     PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr, LPT: gl.constexpr, VARLEN: gl.constexpr,
     EXP_EMU: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_F32: gl.constexpr,
 ):  # fmt: skip
@@ -393,7 +394,9 @@ def _consumer(
     key block. The ring position and GEMM round run on across work items (as the producer's).
     fp8 (e4m3 tiles): the scores scale by the query block's scale (``QS``, one per
     BLOCK_M_WG rows: ``q_blocks`` per head) and the key block's (``KS``: ``k_blocks`` per
-    key/value head), the output by the value's channel scales (``VS``)."""
+    key/value head), the output by the value's channel scales (``VS``). Live item ``count``
+    finds its query tile in buffer ``count % Q_BUFFERS`` (``q_smem``/``q_bars``/``q_empty``
+    entry ``buffer * NUM_WG + WG``)."""
     dtype: gl.constexpr = q_smem.dtype
     FP8: gl.constexpr = dtype.primitive_bitwidth == 8
     BLOCK_M: gl.constexpr = NUM_WG * BLOCK_M_WG
@@ -413,7 +416,6 @@ def _consumer(
     row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
     offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_s))
     s_init = gl.zeros([BLOCK_M_WG, BLOCK_N], gl.float32, layout=mma_s)
-    q = q_smem.index(WG)
     o_buf = o_smem.index(WG)  # the query tile itself unless PERSISTENT or fp8
 
     # Causal, without ping-pong, a warpgroup stops at its own rows' last key block: the
@@ -457,7 +459,9 @@ def _consumer(
                 ks_row = KS  # unused
                 qk_scale_wg = qk_scale
                 scale0 = qk_scale
-            mbarrier.wait(q_bars.index(WG), count & 1)
+            q_at = (count % Q_BUFFERS) * NUM_WG + WG
+            q = q_smem.index(q_at)
+            mbarrier.wait(q_bars.index(q_at), (count // Q_BUFFERS) & 1)
 
             # Key block 0: S_0 and its softmax (masked: it may hold the causal diagonal or
             # the end).
@@ -491,8 +495,9 @@ def _consumer(
                 True, PINGPONG, EXP_EMU, K_SCALE_BLOCK, p_layout, P_F32,
             )  # fmt: skip
             if PERSISTENT:
-                # Every S GEMM of this item is done: the producer may load the next query tile.
-                _release(q_empty.index(WG))
+                # Every S GEMM of this item is done: the producer may load this buffer's next
+                # query tile.
+                _release(q_empty.index(q_at))
 
             # The last block's P·V.
             last = ring0 + n_mine - 1
@@ -573,16 +578,17 @@ def _consumer(
 def _producer(
     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty,
     v_ready, v_empty, CU_Q, CU_K, SCHED, seqlen_q, seqlen_k, num_heads, group, batch_heads,
-    section, NUM_WG: gl.constexpr, BLOCK_M_WG: gl.constexpr, BLOCK_N: gl.constexpr,
-    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr, LPT: gl.constexpr,
-    VARLEN: gl.constexpr,
+    section, NUM_WG: gl.constexpr, Q_BUFFERS: gl.constexpr, BLOCK_M_WG: gl.constexpr,
+    BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+    PERSISTENT: gl.constexpr, LPT: gl.constexpr, VARLEN: gl.constexpr,
 ):  # fmt: skip
     """The load warp: per work item, the query tiles, then key and value tiles through the
     ring (whose position runs on across items, so the next item's loads start as soon as
     slots free up). Packed sequences are rows of one (1, heads, total, head_dim) view: a
     tile that runs past its sequence's end reads the next one's rows (or zeros past the
     last), which the consumers mask (keys) or never store (queries). fp8 values come
-    transposed, (batch, heads, head_dim, seq)."""
+    transposed, (batch, heads, head_dim, seq). With two query buffers (``Q_BUFFERS``) the
+    next item's query tiles wait only for the item before this one to release theirs."""
     BLOCK_M: gl.constexpr = NUM_WG * BLOCK_M_WG
     FP8: gl.constexpr = q_desc.dtype.primitive_bitwidth == 8
     ring0 = 0
@@ -604,15 +610,17 @@ def _producer(
             _n_full, n_blocks = _key_blocks(start_m, len_k, BLOCK_M, BLOCK_N, CAUSAL, VARLEN)
             kv_h = h // group
             for w in gl.static_range(NUM_WG):
+                q_at = (count % Q_BUFFERS) * NUM_WG + w
                 if PERSISTENT:
-                    # A fresh barrier counts as completed for parity 1: the first item is free.
-                    mbarrier.wait(q_empty.index(w), (count & 1) ^ 1)
-                mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
+                    # A fresh barrier counts as completed for parity 1: each buffer's first
+                    # item is free.
+                    mbarrier.wait(q_empty.index(q_at), ((count // Q_BUFFERS) & 1) ^ 1)
+                mbarrier.expect(q_bars.index(q_at), q_desc.block_type.nbytes)
                 tma.async_copy_global_to_shared(
                     q_desc,
                     [d_b, h, q_start + start_m + w * BLOCK_M_WG, 0],
-                    q_bars.index(w),
-                    _box(q_smem.index(w), q_desc),
+                    q_bars.index(q_at),
+                    _box(q_smem.index(q_at), q_desc),
                 )
             for j in range(n_blocks):
                 it = ring0 + j
@@ -649,7 +657,7 @@ def _xrt_attn_fwd_hopper(
     HEAD_DIM: gl.constexpr, BLOCK_M_WG: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, NUM_WG: gl.constexpr,
-    PERSISTENT: gl.constexpr, LPT: gl.constexpr, VARLEN: gl.constexpr, EXP_EMU: gl.constexpr,
+    Q_BUFFERS: gl.constexpr, PERSISTENT: gl.constexpr, LPT: gl.constexpr, VARLEN: gl.constexpr, EXP_EMU: gl.constexpr,
     K_SCALE_BLOCK: gl.constexpr, P_F32: gl.constexpr,
 ):  # fmt: skip
     """Launch with num_warps=4 (the first consumer warpgroup; the other ``NUM_WG - 1`` and
@@ -677,10 +685,13 @@ def _xrt_attn_fwd_hopper(
     BLOCK_M_WG rows; ``KS`` (batch x kv_heads, ``k_blocks``) key scales, one per
     ``K_SCALE_BLOCK`` keys (a multiple of BLOCK_N); ``VS`` (batch x kv_heads, HEAD_DIM) the
     value's channel scales, all float32 and contiguous. Dense only. 16-bit calls leave them
-    unused. ``EXP_EMU``: one exponential in four on the FMA pipe. ``P_F32``:
+    unused. ``Q_BUFFERS``: query tiles per consumer warpgroup (two: ``PERSISTENT`` only, the
+    next item's loads start before this item's last Q·Kᵀ). ``EXP_EMU``: one exponential in
+    four on the FMA pipe. ``P_F32``:
     P carried between blocks in float32 (:func:`_consumer_blocks`; fp8 needs it)."""
     gl.static_assert(not ((PERSISTENT or LPT) and VARLEN), "packed batches run on a 2-D grid")
     gl.static_assert(not (PERSISTENT and LPT), "persistent or one CTA per item, not both")
+    gl.static_assert(Q_BUFFERS == 1 or PERSISTENT, "two query buffers need a persistent loop")
     dtype: gl.constexpr = q_desc.dtype
     bits: gl.constexpr = dtype.primitive_bitwidth
     FP8: gl.constexpr = bits == 8
@@ -695,7 +706,7 @@ def _xrt_attn_fwd_hopper(
     tile_o: gl.constexpr = gl.NVMMASharedLayout(
         o_desc.layout.swizzle_byte_width, o_desc.dtype.primitive_bitwidth
     )
-    q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, BLOCK_M_WG, HEAD_DIM], tile_q)
+    q_smem = gl.allocate_shared_memory(dtype, [Q_BUFFERS * NUM_WG, BLOCK_M_WG, HEAD_DIM], tile_q)
     if PERSISTENT or FP8:
         # Its own output staging tiles: persistent, the next query tiles load while this item
         # finishes, and the output store need not complete before the next item starts; fp8,
@@ -709,16 +720,17 @@ def _xrt_attn_fwd_hopper(
     else:
         v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], tile_v)
     bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
-    q_bars = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], bar_layout)
-    q_empty = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], bar_layout)
+    q_bars = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS * NUM_WG, 1], bar_layout)
+    q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS * NUM_WG, 1], bar_layout)
     turn_bars = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], bar_layout)
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
     k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
     v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
-    for i in gl.static_range(NUM_WG):
+    for i in gl.static_range(Q_BUFFERS * NUM_WG):
         mbarrier.init(q_bars.index(i), count=1)
         mbarrier.init(q_empty.index(i), count=1)
+    for i in gl.static_range(NUM_WG):
         mbarrier.init(turn_bars.index(i), count=1)
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(k_ready.index(i), count=1)
@@ -738,7 +750,7 @@ def _xrt_attn_fwd_hopper(
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
                     v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
-                    batch_heads, section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, HEAD_DIM,
+                    batch_heads, section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, Q_BUFFERS, HEAD_DIM,
                     BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT, VARLEN,
                     EXP_EMU, K_SCALE_BLOCK, P_F32,
                 )),
@@ -746,15 +758,15 @@ def _xrt_attn_fwd_hopper(
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
                     v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
-                    batch_heads, section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, HEAD_DIM,
+                    batch_heads, section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, Q_BUFFERS, HEAD_DIM,
                     BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT, VARLEN,
                     EXP_EMU, K_SCALE_BLOCK, P_F32,
                 )),
                 (_producer, (
                     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,
                     k_empty, v_ready, v_empty, CU_Q, CU_K, SCHED, seqlen_q, seqlen_k, num_heads,
-                    group, batch_heads, section, NUM_WG, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL,
-                    PERSISTENT, LPT, VARLEN,
+                    group, batch_heads, section, NUM_WG, Q_BUFFERS, BLOCK_M_WG, BLOCK_N,
+                    NUM_STAGES, CAUSAL, PERSISTENT, LPT, VARLEN,
                 )),
             ],
             [4, 1],
@@ -768,7 +780,7 @@ def _xrt_attn_fwd_hopper(
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
                     v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
-                    batch_heads, section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, HEAD_DIM,
+                    batch_heads, section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, Q_BUFFERS, HEAD_DIM,
                     BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT, VARLEN,
                     EXP_EMU, K_SCALE_BLOCK, P_F32,
                 )),
@@ -776,7 +788,7 @@ def _xrt_attn_fwd_hopper(
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
                     v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
-                    batch_heads, section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, HEAD_DIM,
+                    batch_heads, section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, Q_BUFFERS, HEAD_DIM,
                     BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT, VARLEN,
                     EXP_EMU, K_SCALE_BLOCK, P_F32,
                 )),
@@ -784,15 +796,15 @@ def _xrt_attn_fwd_hopper(
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
                     v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
-                    batch_heads, section, q_blocks, k_blocks, qk_scale, 2, NUM_WG, HEAD_DIM,
+                    batch_heads, section, q_blocks, k_blocks, qk_scale, 2, NUM_WG, Q_BUFFERS, HEAD_DIM,
                     BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT, VARLEN,
                     EXP_EMU, K_SCALE_BLOCK, P_F32,
                 )),
                 (_producer, (
                     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,
                     k_empty, v_ready, v_empty, CU_Q, CU_K, SCHED, seqlen_q, seqlen_k, num_heads,
-                    group, batch_heads, section, NUM_WG, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL,
-                    PERSISTENT, LPT, VARLEN,
+                    group, batch_heads, section, NUM_WG, Q_BUFFERS, BLOCK_M_WG, BLOCK_N,
+                    NUM_STAGES, CAUSAL, PERSISTENT, LPT, VARLEN,
                 )),
             ],
             [4, 4, 1],

@@ -18,6 +18,9 @@ GEMMs, ping-pong; ``np``: they issue freely). The optional flags, in this order:
 - ``l``: one CTA per work item as without ``p``, on a 1-D grid in ``p``'s order (L2
   sections, causal items longest-first), which the hardware dispatches as CTAs finish:
   longest-first scheduling without a persistent loop;
+- ``q2`` (with ``p``): two query buffers a consumer warpgroup, so the producer loads the
+  next item's query tiles, and then its first key and value tiles, while this item still
+  runs (with one, it waits for this item's last Q·Kᵀ before it may load them);
 - ``e4``: one exponential of the softmax in 4 computed on the FMA pipe by a polynomial
   instead of the special-function unit (``_hopper_kernels._exp2``), where the softmax's
   exponentials, not the GEMMs, bound a block (fp8; at head size 64 in 16 bits it measured
@@ -97,8 +100,15 @@ class Variant:
     #: CTAs resident on one SM (``o2``: two).
     ctas_per_sm: int = 1
     producer_regs: int = 24
+    #: Query tiles a consumer warpgroup holds (``q2``: two, persistent only).
+    q_buffers: int = 1
 
     def __post_init__(self) -> None:
+        if self.q_buffers not in (1, 2) or (self.q_buffers == 2 and not self.persistent):
+            raise InvalidArgumentError(
+                "hopper attention: two query buffers (q2) take a persistent variant (p), "
+                f"got {self.q_buffers} buffers, persistent={self.persistent}"
+            )
         if self.ctas_per_sm not in (1, 2):
             raise InvalidArgumentError(
                 f"hopper attention: one or two CTAs an SM, not {self.ctas_per_sm}"
@@ -109,6 +119,12 @@ class Variant:
                 "warpgroups of 64 rows and key blocks of 64 (104-112 registers a consumer hold "
                 "no larger tiles)"
             )
+
+    def twin(self, *, lpt: bool) -> Variant:
+        """This variant without its persistent loop: one CTA per work item on the 2-D grid,
+        or with ``lpt`` on the 1-D grid in the persistent order (``_l``); one query buffer
+        a warpgroup, as each CTA runs one item."""
+        return replace(self, persistent=False, lpt=lpt, q_buffers=1)
 
     @property
     def launch_regs(self) -> int:
@@ -141,6 +157,7 @@ class Variant:
             ("w3" if self.num_wg == 3 else "")
             + ("p" if self.persistent else "")
             + ("l" if self.lpt else "")
+            + ("q2" if self.q_buffers == 2 else "")
             + ("e4" if self.exp_emu else "")
             + ("o2" if self.ctas_per_sm == 2 else "")
         )
@@ -158,7 +175,8 @@ class Variant:
         1) stages its 16-bit output in tiles of its own."""
         q_tile = self.num_wg * self.block_m_wg * head_dim
         out_tiles = 2 * q_tile if (self.persistent or element_size == 1) else 0
-        return element_size * (q_tile + 2 * self.num_stages * self.block_n * head_dim) + out_tiles
+        ring = 2 * self.num_stages * self.block_n * head_dim
+        return element_size * (self.q_buffers * q_tile + ring) + out_tiles
 
 
 #: Candidates per head size (``--variants all`` of the scripts; the defaults are
@@ -169,10 +187,12 @@ _VARIANTS: dict[int, tuple[str, ...]] = {
         "m64n128s2pp_w3", "m64n128s2pp", "m64n128s2np", "m64n128s3pp", "m128n64s2pp",
         "m64n128s2pp_p", "m64n128s3pp_p", "m64n128s2pp_l", "m64n128s2pp_w3l",
         "m64n64s2np_po2", "m64n64s3np_po2", "m64n64s2np_o2", "m64n64s2np_lo2",
+        "m64n128s2pp_pq2",
     ),
     128: (
         "m64n128s2pp", "m64n128s2np", "m64n64s3pp", "m64n128s3pp", "m64n128s2pp_p",
         "m64n128s2np_p", "m64n128s2pp_l", "m64n64s3np_p", "m64n64s3np", "m64n64s2np_p",
+        "m64n64s3np_pq2", "m64n128s2pp_pq2",
     ),
     256: ("m64n64s2pp", "m64n64s2np"),
 }  # fmt: skip
@@ -204,11 +224,13 @@ def variant_names(head_dim: int, *, fp8: bool = False) -> tuple[str, ...]:
 
 def parse_variant(name: str) -> Variant:
     """``m64n128s2pp_w3p`` -> Variant(64, 128, 2, pingpong=True, num_wg=3, persistent=True)."""
-    match = re.fullmatch(r"m(\d+)n(\d+)s(\d+)(pp|np)(?:_(?=.)(w3)?(p|l)?(e4)?(o2)?)?", name.strip())
+    match = re.fullmatch(
+        r"m(\d+)n(\d+)s(\d+)(pp|np)(?:_(?=.)(w3)?(p|l)?(q2)?(e4)?(o2)?)?", name.strip()
+    )
     if match is None:
         raise InvalidArgumentError(
             f"hopper attention variant {name!r} is not of the form "
-            "m<rows>n<keys>s<stages>pp|np[_[w3][p|l][e4][o2]]"
+            "m<rows>n<keys>s<stages>pp|np[_[w3][p|l][q2][e4][o2]]"
         )
     rows, keys, stages = (int(match.group(i)) for i in (1, 2, 3))
     if rows not in (64, 128) or keys not in (64, 128, 192, 256) or stages not in (2, 3, 4):
@@ -224,8 +246,9 @@ def parse_variant(name: str) -> Variant:
         num_wg=3 if match.group(5) else 2,
         persistent=match.group(6) == "p",
         lpt=match.group(6) == "l",
-        exp_emu=bool(match.group(7)),
-        ctas_per_sm=2 if match.group(8) else 1,
+        q_buffers=2 if match.group(7) else 1,
+        exp_emu=bool(match.group(8)),
+        ctas_per_sm=2 if match.group(9) else 1,
     )
 
 
@@ -242,16 +265,22 @@ _NO_LIMIT = 1 << 62
 #: 0.93-0.95x cuDNN against 0.63-0.91x, causal below 4096 keys, full below 1024; at 2048
 #: causal keys 0.93 and 0.94x against ``_p``'s 0.91 and 0.89x in two runs, at 4096 0.91x
 #: against 0.98x), at 128 causal below 1024 with three ring stages (0.89x against 0.79x at
-#: 512).
+#: 512). Below 1024 keys (2048 at head size 128 full) two query buffers (``q2``) let the
+#: next item's loads start before this item's last Q·Kᵀ: at 512 keys, in three runs on two
+#: H200s, head size 128 causal 0.93x against 0.89x, full 0.93-0.94x against 0.91-0.92x, head
+#: size 64 full ``m64n128s2pp_pq2`` 0.95-1.00x against ``po2``'s 0.90-0.94x; from 2048 keys
+#: no faster (0.99-1.01x of one buffer), and no change at head size 64 causal.
 _DEFAULTS: dict[tuple[int, bool], tuple[tuple[int, str], ...]] = {
     (64, False): (
-        (1024, "m64n64s2np_po2"), (2048, "m64n128s2pp_p"), (_NO_LIMIT, "m64n128s2pp_w3"),
+        (1024, "m64n128s2pp_pq2"), (2048, "m64n128s2pp_p"), (_NO_LIMIT, "m64n128s2pp_w3"),
     ),
     (64, True): (
         (4096, "m64n64s2np_po2"), (8192, "m64n128s2pp_p"), (_NO_LIMIT, "m64n128s2pp_w3l"),
     ),
-    (128, False): ((16384, "m64n128s2pp_p"), (_NO_LIMIT, "m64n128s2pp")),
-    (128, True): ((1024, "m64n64s3np_p"), (_NO_LIMIT, "m64n128s2pp_p")),
+    (128, False): (
+        (2048, "m64n128s2pp_pq2"), (16384, "m64n128s2pp_p"), (_NO_LIMIT, "m64n128s2pp"),
+    ),
+    (128, True): ((1024, "m64n64s3np_pq2"), (_NO_LIMIT, "m64n128s2pp_p")),
     (256, False): ((_NO_LIMIT, "m64n64s2pp"),),
     (256, True): ((_NO_LIMIT, "m64n64s2pp"),),
 }  # fmt: skip
@@ -582,7 +611,7 @@ def _scheduled(
         "shape's persistent schedule was built (a call of this shape outside the capture "
         "builds it)"
     )
-    return replace(config, persistent=False, lpt=True), None, why
+    return config.twin(lpt=True), None, why
 
 
 @dataclass(frozen=True)
@@ -664,6 +693,7 @@ def _launch(
         "CONSUMER_REGS": config.consumer_regs,
         "PRODUCER_REGS": config.producer_regs,
         "NUM_WG": config.num_wg,
+        "Q_BUFFERS": config.q_buffers,
         "PERSISTENT": config.persistent,
         "LPT": config.lpt,
         "VARLEN": cu_seqlens is not None,
@@ -873,7 +903,7 @@ def hopper_attention_forward_run(
         # (sequence, head) as many query tiles as the longest sequence (empty ones skipped in
         # turn), and the persistent head-size-128 build spills at its partitions' entry.
         why += f"; {config.name} runs as its 2-D twin on packed sequences"
-        config = replace(config, persistent=False, lpt=False)
+        config = config.twin(lpt=False)
     two_d = not (config.persistent or config.lpt)
     if two_d and d.batch * d.heads > 65535:  # the grid's second dimension
         raise UnsupportedOperationError(
