@@ -12,12 +12,16 @@ interleaved over seven rounds; prints the best and median µs per call of:
 - ``hopper_attention_forward_run``: below the layout views and the output allocation;
 - ``gluon_launch.launch``: the kernel's launch alone, with the arguments the forward built,
   through the launcher's per-argument key;
-- ``Kept.launch``: the same launch through the kept kernel, as a repeated call launches it;
+- ``Kept.launch``: the same launch through the kept kernel, with the arguments built;
+- ``Bound.launch``: the same launch laid out once, new addresses read per launch, as a
+  repeated call launches it (``gluon_launch.Bound``);
 - ``repeat key``: a repeated call's key alone (``hopper._repeat_key``);
 - ``resolve``: the op layer's decision alone (``ops.attention._resolve``);
 - ``op checks``: the op layer's checks of its inputs alone (``ops.attention._torch`` and
   ``_dims``);
-- ``torch.empty x2``: the output and log-sum-exp allocations alone.
+- ``alloc ...``: the output and log-sum-exp allocations alone, in three forms: with
+  ``torch.empty``'s keywords, with ``new_empty``, and with ``empty_like`` (contiguous) for the
+  output, as the forward allocates them.
 
 Then ``cProfile`` over 2000 ``ops.attention`` calls: the 30 functions of most own time
 (written to ``--pstats`` for ``python -m pstats``).
@@ -45,8 +49,8 @@ from xpuruntime.policies import KernelPolicy
 attention_op = importlib.import_module("xpuruntime.ops.attention")
 
 
-def _captured_launch(q: torch.Tensor) -> dict[str, Any]:
-    """The arguments the forward passes to gluon_launch.launch for ``q``."""
+def _captured_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict[str, Any]:
+    """The arguments the forward passes to gluon_launch.launch for ``q``, ``k``, ``v``."""
     captured: dict[str, Any] = {}
     real = gluon_launch.launch
 
@@ -56,7 +60,7 @@ def _captured_launch(q: torch.Tensor) -> dict[str, Any]:
 
     gluon_launch.launch = spy
     try:
-        hopper.hopper_attention_forward(q, q, q, causal=True)
+        hopper.hopper_attention_forward(q, k, v, causal=True)
     finally:
         gluon_launch.launch = real
     return captured
@@ -78,39 +82,52 @@ def main() -> None:
     args = parser.parse_args()
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
         raise SystemExit("needs an H100/H200 (sm_90)")
-    q = torch.randn(1, 16, 128, 128, device="cuda", dtype=torch.bfloat16)
+    q, k, v = (torch.randn(1, 16, 128, 128, device="cuda", dtype=torch.bfloat16) for _ in "qkv")
     policy = KernelPolicy(attention="xrt_flash_hopper")
-    c = _captured_launch(q)
+    c = _captured_launch(q, k, v)
     kept = gluon_launch.launch(c["fn"], c["grid"], c["args"], c["constants"], **c["options"])
     if kept is None:
         raise SystemExit("Triton kept no compiled kernel (its interpreter, or pre-run hooks)")
     print(f"kept kernel launched {'directly' if kept.direct else 'through CompiledKernel.run'}")
-    dims = attention_op._dims(q, q, q, "bhsd", False)
+    sources = (q, k, v, c["args"][4], c["args"][5])  # the output and lse follow the inputs
+    bound = kept.bind(c["grid"], c["args"], sources)
+    if bound is None:
+        raise SystemExit("the kept kernel does not launch directly: nothing to bind")
+    dims = attention_op._dims(q, k, v, "bhsd", False)
     cases: dict[str, Callable[[], object]] = {
-        "sdpa (cuDNN)": lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True),
-        "ops.attention": lambda: ops.attention(q, q, q, causal=True, layout="bhsd", policy=policy),
+        "sdpa (cuDNN)": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "ops.attention": lambda: ops.attention(q, k, v, causal=True, layout="bhsd", policy=policy),
         "launch.hopper_forward": lambda: launch.hopper_forward(
-            q, q, q, causal=True, scale=None, layout="bhsd"
+            q, k, v, causal=True, scale=None, layout="bhsd"
         ),
         "hopper_attention_forward_run": lambda: hopper.hopper_attention_forward_run(
-            q, q, q, causal=True
+            q, k, v, causal=True
         ),
         "gluon_launch.launch": lambda: gluon_launch.launch(
             c["fn"], c["grid"], c["args"], c["constants"], **c["options"]
         ),
         "Kept.launch": lambda: kept.launch(c["grid"], c["args"]),
-        "repeat key": lambda: hopper._repeat_key(q, q, q, None, True, None, None, None),
+        "Bound.launch": lambda: bound.launch(sources),
+        "repeat key": lambda: hopper._repeat_key(q, k, v, None, True, None, None, None),
         "resolve": lambda: attention_op._resolve(q, dims, None, True, policy),
         "op checks": lambda: attention_op._dims(
             attention_op._torch(q, "q"),
-            attention_op._torch(q, "k"),
-            attention_op._torch(q, "v"),
+            attention_op._torch(k, "k"),
+            attention_op._torch(v, "v"),
             "bhsd",
             False,
         ),
-        "torch.empty x2": lambda: (
+        "alloc torch.empty(kwargs) x2": lambda: (
             torch.empty(q.shape, dtype=q.dtype, device=q.device),
             torch.empty(q.shape[:3], dtype=torch.float32, device=q.device),
+        ),
+        "alloc new_empty x2": lambda: (
+            q.new_empty(q.shape),
+            q.new_empty(q.shape[:3], dtype=torch.float32),
+        ),
+        "alloc empty_like + new_empty": lambda: (
+            torch.empty_like(q, memory_format=torch.contiguous_format),
+            q.new_empty(q.shape[:3], dtype=torch.float32),
         ),
     }
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
@@ -127,7 +144,7 @@ def main() -> None:
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(args.calls):
-        ops.attention(q, q, q, causal=True, layout="bhsd", policy=policy)
+        ops.attention(q, k, v, causal=True, layout="bhsd", policy=policy)
     profile.disable()
     torch.cuda.synchronize()
     profile.dump_stats(args.pstats)

@@ -75,10 +75,11 @@ def hopper(
     )
     for name in [n for n in variant_names(dim) if not only or n in only]:
         # Twice: the first call goes through Triton's JIT, the second repeats it through the
-        # compiled kernel it kept (hopper._Repeat), so both launch paths run under the
-        # sanitizer.
+        # compiled kernel it kept (hopper._Repeat: its launch laid out once, gluon_launch.Bound)
+        # on copies at other addresses, so both launch paths run under the sanitizer.
         first, _ = hopper_attention_forward(q, k, v, causal=causal, variant=name)
-        out, lse = hopper_attention_forward(q, k, v, causal=causal, variant=name)
+        copies = (q.clone(), k.clone(), v.clone())
+        out, lse = hopper_attention_forward(*copies, causal=causal, variant=name)
         assert torch.equal(first, out), name
     grad_out = torch.randn_like(out)
     # Both backward paths the automatic choice can take: the head size's default (fused,

@@ -561,15 +561,29 @@ def test_hopper_launches_after_the_first_run_the_kept_kernel_and_call_launch_hoo
             Counting.runs += 1
             super().launch(grid, args)
 
+    class CountingBound(gluon_launch.Bound):  # the repeat's laid-out launch, counting
+        __slots__ = ()
+        runs = 0
+
+        def launch(self, sources: Any) -> bool:
+            CountingBound.runs += 1
+            return super().launch(sources)
+
     for key, repeat in repeats.items():
         counting = Counting(repeat.kept.kernel, repeat.kept.constant_values, repeat.kept.device)
-        hopper._REPEATS[key] = dataclasses.replace(repeat, kept=counting)
+        bound = repeat.bound
+        if bound is not None:
+            bound = CountingBound(bound.direct, bound.device, bound.final, bound.slots)
+        hopper._REPEATS[key] = dataclasses.replace(repeat, kept=counting, bound=bound)
     record = ExecutionRecord(kind="inference")
     try:
         again = ops.attention(q, k, v, layout="bhsd", policy=HOPPER_PIN, record=record)
     finally:
         hopper._REPEATS.update(repeats)
-    assert Counting.runs == 1
+    # One launch, through the bound layout where the kernel launches directly (Triton 3.6).
+    assert Counting.runs + CountingBound.runs == 1
+    if triton.__version__.startswith("3.6."):
+        assert CountingBound.runs == 1
     assert torch.equal(again, first[0])
     # The repeated call's record says what a call that decides afresh says.
     fresh = ExecutionRecord(kind="inference")

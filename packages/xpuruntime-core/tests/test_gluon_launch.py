@@ -86,6 +86,31 @@ def _recording_kernel(signature: dict[str, str], descriptors: list[dict[str, Any
     )
 
 
+#: One descriptor's metadata as Triton's compiler records it (bf16 boxes of 64x128).
+_BOX = {"swizzle": 128, "elem_size": 2, "elem_type": 8, "block_size": [1, 1, 64, 128],
+        "fp4_padded": False}  # fmt: skip
+
+
+def _stand_in_driver(monkeypatch: pytest.MonkeyPatch, stream: Any) -> list[int]:
+    """Install as Triton's active driver (restored after the test: without a GPU there is
+    none to reset to) one whose tensor-map encoding returns its arguments and records each
+    address it encodes (the list returned), and whose current stream is ``stream(device)``."""
+    from triton.runtime import driver
+
+    encoded: list[int] = []
+
+    def fill(*args: Any) -> tuple[Any, ...]:
+        encoded.append(args[0])
+        return ("tensor map", args[0], args[1], args[2], args[3], tuple(args[4]),
+                tuple(args[5]), tuple(args[6]), args[7])  # fmt: skip
+
+    active = types.SimpleNamespace(
+        utils=types.SimpleNamespace(fill_tma_descriptor=fill), get_current_stream=stream
+    )
+    monkeypatch.setattr(driver, "_active", active)
+    return encoded
+
+
 class _OnDevice:
     """A pointer argument that says it is a CUDA tensor (its address is a CPU tensor's)."""
 
@@ -107,30 +132,17 @@ def test_a_direct_launch_passes_what_tritons_launcher_wrappers_pass(
     passed as their addresses. (The tensor-map encoding needs the CUDA driver: both paths
     call the same stand-in here, and the real one on a GPU.)"""
     pytest.importorskip("triton.backends.nvidia.driver", reason="needs Triton's CUDA backend")
-    from triton.runtime import driver
-
     from xpuruntime.kernels.attention import gluon_launch
     from xpuruntime.runtime.errors import XpuRuntimeError
 
-    def fill(*args: Any) -> tuple[Any, ...]:
-        return ("tensor map", args[0], args[1], args[2], args[3], tuple(args[4]),
-                tuple(args[5]), tuple(args[6]), args[7])  # fmt: skip
-
-    active = types.SimpleNamespace(
-        utils=types.SimpleNamespace(fill_tma_descriptor=fill),
-        get_current_stream=lambda device: 700 + device,
-    )
-    # Triton's active driver, restored after the test (without a GPU there is none to reset to)
-    monkeypatch.setattr(driver, "_active", active)
-    box = {"swizzle": 128, "elem_size": 2, "elem_type": 8, "block_size": [1, 1, 64, 128],
-           "fp4_padded": False}  # fmt: skip
+    _stand_in_driver(monkeypatch, lambda device: 700 + device)
     signature = {
         "q": "tensordesc<bf16[1,1,64,128]>", "k": "tensordesc<bf16[1,1,64,128]>",
         "out": "*bf16", "lse": "*fp32", "n": "i32", "one": "constexpr", "scale": "fp32",
         "v": "tensordesc<bf16[1,1,64,128]>", "none": "constexpr", "big": "i64",
         "C1": "constexpr", "C2": "constexpr",
     }  # fmt: skip
-    kernel = _recording_kernel(signature, [dict(box), dict(box), dict(box)])
+    kernel = _recording_kernel(signature, [dict(_BOX), dict(_BOX), dict(_BOX)])
     kept = gluon_launch.Kept(kernel, (64, True), 0)
     assert kept.direct is not None
     x = torch.zeros(2, 3, 64, 128)
@@ -162,3 +174,70 @@ def test_a_direct_launch_passes_what_tritons_launcher_wrappers_pass(
     # Scratch memory (allocated per launch by CudaLauncher.__call__): no direct launch.
     kernel.run.global_scratch_size = 16
     assert gluon_launch._Direct.of(kernel) is None
+
+
+def test_a_bound_launch_passes_what_a_direct_launch_of_the_new_tensors_passes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """gluon_launch.Bound lays one launch out and launches it again with other tensors in
+    place of its sources: the C launcher must get exactly what a direct launch built from
+    the new tensors gives it; a tensor that is not a source stays as bound; a tensor map is
+    encoded again only where its address changed; a launch hook sends the caller back to
+    the launcher's own path."""
+    pytest.importorskip("triton.backends.nvidia.driver", reason="needs Triton's CUDA backend")
+    from triton import knobs
+
+    from xpuruntime.kernels.attention import gluon_launch
+
+    streams = iter(range(700, 800))
+    encoded = _stand_in_driver(monkeypatch, lambda device: next(streams))
+    signature = {
+        "q": "tensordesc<bf16[1,1,64,128]>", "k": "tensordesc<bf16[1,1,64,128]>",
+        "out": "*bf16", "lse": "*fp32", "sched": "*i32", "n": "i32", "scale": "fp32",
+        "C1": "constexpr",
+    }  # fmt: skip
+    kernel = _recording_kernel(signature, [dict(_BOX), dict(_BOX)])
+    kept = gluon_launch.Kept(kernel, (64,), 0)
+    box_of = (1, 1, 64, 128)
+
+    def call(q: Any, k: Any, out: Any, lse: Any, sched: Any) -> tuple[Any, ...]:
+        return (gluon_launch.Tma(q, box_of, None), gluon_launch.Tma(k, box_of, None),
+                out, lse, sched, 5, 0.5)  # fmt: skip
+
+    def tensors() -> tuple[Any, ...]:
+        return (torch.zeros(2, 3, 64, 128), torch.zeros(2, 3, 64, 128),
+                _OnDevice(torch.zeros(16)), _OnDevice(torch.zeros(8)))  # fmt: skip
+
+    sched = _OnDevice(torch.zeros(4, dtype=torch.int32))  # the same in every call
+    first = tensors()
+    bound = kept.bind((3, 2), call(*first, sched), first)
+    assert bound is not None
+    encoded.clear()
+    second = tensors()
+    assert bound.launch(second)
+    kept.launch((3, 2), call(*second, sched))  # the direct launch of the same tensors
+    by_bound, by_direct = kernel.calls
+    assert by_bound[:3] == by_direct[:3] == (3, 2, 1)
+    assert (by_bound[3], by_direct[3]) == (700, 701)  # each launch's current stream
+    assert by_bound[4:] == by_direct[4:]
+    assert second[2].data_ptr() in by_bound  # a source's new address
+    assert sched.data_ptr() in by_bound  # not a source: as bound
+    assert encoded == [second[0].data_ptr(), second[1].data_ptr()] * 2  # bound, then direct
+
+    # The same addresses again: the last encodings are taken, none is made.
+    encoded.clear()
+    assert bound.launch(second)
+    assert encoded == []
+    assert kernel.calls[-1][4:] == by_direct[4:]
+
+    # A launch hook installed: nothing launched, the caller takes the launcher's path.
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda metadata: None)
+    assert not bound.launch(second)
+    assert len(kernel.calls) == 3
+
+    # Sources that are one tensor: which one an argument stands for is ambiguous.
+    same = (first[0], first[0], first[2], first[3])
+    assert kept.bind((3, 2), call(*same, sched), same) is None
+    # A kernel that does not launch directly binds nothing.
+    kept.direct = None
+    assert kept.bind((3, 2), call(*first, sched), first) is None

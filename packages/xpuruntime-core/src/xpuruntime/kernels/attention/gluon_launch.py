@@ -13,7 +13,9 @@ compiled C launcher without its Python wrappers (:class:`_Direct`), or, where th
 is laid out otherwise, through ``CompiledKernel.run`` with light descriptor arguments; a
 caller that knows from a key of its own that a call specialises as an earlier one did
 launches the kept kernel directly (the Hopper forward's repeated calls, :mod:`.hopper`),
-without this module's per-argument key. Measured by ``scripts/attention_host_time.py`` (docs/attention.md).
+without this module's per-argument key, or binds one launch's arguments (:class:`Bound`)
+and launches it again with new tensors' addresses alone. Measured by
+``scripts/attention_host_time.py`` (docs/attention.md).
 
 Light: ``import xpuruntime`` loads it (through :mod:`.hopper`), so torch and Triton are
 imported inside the functions.
@@ -30,7 +32,7 @@ from xpuruntime.runtime.errors import XpuRuntimeError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Kept", "Tma", "launch", "relaunch_key"]
+__all__ = ["Bound", "Kept", "Tma", "launch", "relaunch_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,14 +208,32 @@ class _Direct:
     def __call__(
         self, grid3: tuple[int, ...], stream: int, args: Sequence[Any], constants: tuple[Any, ...]
     ) -> None:
+        self.launch(*self.lay_out(grid3, stream, args, constants, ())[0])
+
+    def lay_out(
+        self,
+        grid3: tuple[int, ...],
+        stream: int,
+        args: Sequence[Any],
+        constants: tuple[Any, ...],
+        sources: Sequence[Any],
+    ) -> tuple[list[Any], list[_Slot]]:
+        """The C launcher's arguments for one launch, and where in them each descriptor or
+        CUDA pointer over one of ``sources`` (by identity) went (:class:`Bound`)."""
         final = [*grid3, stream, *self.head]
+        slots: list[_Slot] = []
         fill, done = self.fill, 0
         for position, meta in self.plan:
             final += args[done:position]
             arg = args[position]
             done = position + 1
             if meta is None:  # a pointer
-                final.append(arg.data_ptr() if getattr(arg, "is_cuda", False) else arg)
+                if getattr(arg, "is_cuda", False):
+                    if sources:
+                        _add_slot(slots, sources, arg, len(final), None)
+                    final.append(arg.data_ptr())
+                else:
+                    final.append(arg)
                 continue
             if type(arg) is not Tma:
                 raise XpuRuntimeError(
@@ -227,12 +247,72 @@ class _Direct:
                     f"gluon_launch: descriptor argument {position} has inner stride "
                     f"{strides[-1]}, not 1"
                 )
+            if sources:
+                _add_slot(slots, sources, x, len(final), (*meta, shape, strides, 0))
             final.append(fill(x.data_ptr(), *meta, shape, strides, 0))  # 0: zero padding
             final += shape
             final += strides
         final += args[done:]
         final += constants
-        self.launch(*final)
+        return final, slots
+
+
+#: (index in the C launcher's arguments, index in a bound launch's sources, the tensor-map
+#: encoding's arguments after the address, None for a pointer).
+_Slot = tuple[int, int, "tuple[Any, ...] | None"]
+
+
+def _add_slot(
+    slots: list[_Slot], sources: Sequence[Any], tensor: Any, index: int, encoding: Any
+) -> None:
+    for source_index, source in enumerate(sources):
+        if source is tensor:
+            slots.append((index, source_index, encoding))
+            return
+
+
+class Bound:
+    """One launch of a kept kernel, laid out for Triton's C launcher (:class:`_Direct`), to
+    launch again with other tensors in place of the ``sources`` it was bound to: each launch
+    reads their addresses and re-encodes the descriptors over them (an address equal to the
+    last one's takes the last encoding, which depends on nothing else here), and takes
+    everything else (grid, other arguments, shapes and strides, constants) as bound. The
+    caller must know that the new tensors have the bound ones' shapes, strides, dtypes and
+    16-byte alignment, and that the other arguments hold, e.g. from a cache key of its own
+    (the Hopper forward's repeated calls). :meth:`launch` returns False, launching nothing,
+    while a launch hook is installed (the hooks' launch metadata needs the JIT's path)."""
+
+    __slots__ = ("device", "direct", "final", "last", "slots")
+
+    def __init__(self, direct: _Direct, device: int, final: list[Any], slots: list[_Slot]) -> None:
+        self.direct = direct
+        self.device = device
+        self.final = final
+        self.slots = slots
+        self.last: dict[int, tuple[int, Any]] = {}  # slot index -> (address, its encoding)
+
+    def launch(self, sources: Sequence[Any]) -> bool:
+        direct = self.direct
+        if _launch_hooks_set(direct.runtime):
+            return False
+        final = list(self.final)  # a copy: two threads may launch one Bound
+        final[3] = direct.current_stream(self.device)  # after the grid's three dimensions
+        last, fill = self.last, direct.fill
+        addresses = [source.data_ptr() for source in sources]  # a source may fill many slots
+        for index, source_index, encoding in self.slots:
+            address = addresses[source_index]
+            if encoding is None:
+                final[index] = address
+                continue
+            known = last.get(index)
+            if known is not None and known[0] == address:
+                final[index] = known[1]
+            else:
+                tensor_map = fill(address, *encoding)
+                last[index] = (address, tensor_map)
+                final[index] = tensor_map
+        direct.launch(*final)
+        return True
 
 
 class Kept:
@@ -252,6 +332,19 @@ class Kept:
         self.constant_values = constant_values  # in the kernel's argument order
         self.device = device
         self.direct = _Direct.of(kernel)
+
+    def bind(
+        self, grid: tuple[int, ...], args: Sequence[Any], sources: Sequence[Any]
+    ) -> Bound | None:
+        """``args`` on ``grid`` laid out to launch again with other tensors in place of
+        ``sources`` (:class:`Bound`); None where this kernel does not launch directly, or
+        where two sources are one tensor (which of them an argument stands for would be
+        ambiguous, and a later launch may pass two different ones)."""
+        direct = self.direct
+        if direct is None or len({id(source) for source in sources}) != len(sources):
+            return None
+        final, slots = direct.lay_out((*grid, 1, 1)[:3], 0, args, self.constant_values, sources)
+        return Bound(direct, self.device, final, slots)
 
     def launch(self, grid: tuple[int, ...], args: Sequence[Any]) -> None:
         """Launch on ``grid`` on the current stream of the device it was compiled for, with

@@ -150,7 +150,7 @@ class Variant:
     def block_m(self) -> int:
         return self.num_wg * self.block_m_wg
 
-    @property
+    @functools.cached_property  # every call's detail names the variant
     def name(self) -> str:
         schedule = "pp" if self.pingpong else "np"
         flags = (
@@ -722,7 +722,10 @@ class _Repeat:
     """What a dense forward call decided and launched, for the next call with the same
     :func:`_repeat_key`: that call runs the same variant with the same schedule and grid
     (``grid``, and ``section``, :func:`_grid`'s) through the kept kernel, skipping the checks,
-    the choice and the launcher's cache key (their host time was most of a short call's)."""
+    the choice and the launcher's cache key (their host time was most of a short call's);
+    through ``bound``, the first call's launch laid out for the C launcher with the query,
+    key, value, output and log-sum-exp as its sources, it also skips building the
+    arguments (None where the kernel does not launch directly)."""
 
     config: Variant
     dims: _Dims
@@ -732,6 +735,7 @@ class _Repeat:
     why: str
     grid: tuple[int, ...]
     section: int
+    bound: gluon_launch.Bound | None
 
     def run(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None
@@ -743,13 +747,16 @@ class _Repeat:
 
         d = self.dims
         target = torch.empty_like(q) if out is None else out
-        lse = torch.empty((d.batch, d.heads, d.seqlen_q), dtype=torch.float32, device=q.device)
+        lse = q.new_empty((d.batch, d.heads, d.seqlen_q), dtype=torch.float32)
         if (target.data_ptr() | lse.data_ptr()) % 16:
             return None
-        args = _kernel_args(
-            self.config, d, q, k, v, target, lse, self.scale, None, None, self.sched, self.section
-        )
-        self.kept.launch(self.grid, args)
+        bound = self.bound
+        if bound is None or not bound.launch((q, k, v, target, lse)):
+            args = _kernel_args(
+                self.config, d, q, k, v, target, lse, self.scale, None, None, self.sched,
+                self.section,
+            )  # fmt: skip
+            self.kept.launch(self.grid, args)
         return ForwardRun(target, lse, self.config, self.why)
 
 
@@ -949,7 +956,13 @@ def hopper_attention_forward_run(
                 if len(_REPEATS) >= _REPEATS_BOUND:
                     _REPEATS.clear()
                 grid, section = _grid(config, d, q.element_size(), q.device.index)
-                _REPEATS[repeat_key] = _Repeat(config, d, scale, sched, kept, why, grid, section)
+                args = _kernel_args(
+                    config, d, q, k, v, target, lse, scale, None, None, sched, section
+                )
+                bound = kept.bind(grid, args, (q, k, v, target, lse))
+                _REPEATS[repeat_key] = _Repeat(
+                    config, d, scale, sched, kept, why, grid, section, bound
+                )
         if out is not None and target is not out:
             out.copy_(target)
     return ForwardRun(target if out is None else out, lse, ran, why)

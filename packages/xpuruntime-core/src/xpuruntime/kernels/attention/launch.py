@@ -392,8 +392,8 @@ def hopper_forward(
     allocated contiguous in the inputs' layout unless ``out`` is given; the log-sum-exp
     :func:`backward` takes."""
 
-    if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if out is None:  # empty_like's keywords: the cheapest to parse of torch's allocations
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
 
     run = hopper.hopper_attention_forward_run(  # packed (total, heads, dim) rows as they are
         _bhsd(layout, q), _bhsd(layout, k), _bhsd(layout, v), causal=causal, scale=scale,
