@@ -14,7 +14,9 @@ interleaved over seven rounds; prints the best and median µs per call of:
   through the launcher's per-argument key;
 - ``Kept.launch``: the same launch through the kept kernel, with the arguments built;
 - ``Bound.launch``: the same launch laid out once, new addresses read per launch, as a
-  repeated call launches it (``gluon_launch.Bound``);
+  repeated call launches it (``gluon_launch.Bound``), on the same tensors (every tensor map
+  taken from the last launch, as in a loop over one layer) and alternating between two
+  sets of tensors (every map encoded anew, as layers of one shape in turn);
 - ``repeat key``: a repeated call's key alone (``hopper._repeat_key``);
 - ``resolve``: the op layer's decision alone (``ops.attention._resolve``);
 - ``op checks``: the op layer's checks of its inputs alone (``ops.attention._torch`` and
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import importlib
+import itertools
 import pstats
 import statistics
 import time
@@ -90,6 +93,7 @@ def main() -> None:
         raise SystemExit("Triton kept no compiled kernel (its interpreter, or pre-run hooks)")
     print(f"kept kernel launched {'directly' if kept.direct else 'through CompiledKernel.run'}")
     sources = (q, k, v, c["args"][4], c["args"][5])  # the output and lse follow the inputs
+    turns = itertools.cycle((sources, tuple(torch.zeros_like(x) for x in sources)))
     bound = kept.bind(c["grid"], c["args"], sources)
     if bound is None:
         raise SystemExit("the kept kernel does not launch directly: nothing to bind")
@@ -108,6 +112,7 @@ def main() -> None:
         ),
         "Kept.launch": lambda: kept.launch(c["grid"], c["args"]),
         "Bound.launch": lambda: bound.launch(sources),
+        "Bound.launch, new addresses": lambda: bound.launch(next(turns)),
         "repeat key": lambda: hopper._repeat_key(q, k, v, None, True, None, None, None),
         "resolve": lambda: attention_op._resolve(q, dims, None, True, policy),
         "op checks": lambda: attention_op._dims(

@@ -194,15 +194,16 @@ def test_a_bound_launch_passes_what_a_direct_launch_of_the_new_tensors_passes(
     signature = {
         "q": "tensordesc<bf16[1,1,64,128]>", "k": "tensordesc<bf16[1,1,64,128]>",
         "out": "*bf16", "lse": "*fp32", "sched": "*i32", "n": "i32", "scale": "fp32",
-        "C1": "constexpr",
+        "cu": "*bf16", "qs": "*fp32", "C1": "constexpr",
     }  # fmt: skip
     kernel = _recording_kernel(signature, [dict(_BOX), dict(_BOX)])
     kept = gluon_launch.Kept(kernel, (64,), 0)
     box_of = (1, 1, 64, 128)
 
     def call(q: Any, k: Any, out: Any, lse: Any, sched: Any) -> tuple[Any, ...]:
+        # The output and lse fill unused pointers too, as the Hopper forward's do.
         return (gluon_launch.Tma(q, box_of, None), gluon_launch.Tma(k, box_of, None),
-                out, lse, sched, 5, 0.5)  # fmt: skip
+                out, lse, sched, 5, 0.5, out, lse)  # fmt: skip
 
     def tensors() -> tuple[Any, ...]:
         return (torch.zeros(2, 3, 64, 128), torch.zeros(2, 3, 64, 128),
@@ -220,7 +221,8 @@ def test_a_bound_launch_passes_what_a_direct_launch_of_the_new_tensors_passes(
     assert by_bound[:3] == by_direct[:3] == (3, 2, 1)
     assert (by_bound[3], by_direct[3]) == (700, 701)  # each launch's current stream
     assert by_bound[4:] == by_direct[4:]
-    assert second[2].data_ptr() in by_bound  # a source's new address
+    assert by_bound.count(second[2].data_ptr()) == 2  # a source's new address, in each slot
+    assert by_bound.count(second[3].data_ptr()) == 2
     assert sched.data_ptr() in by_bound  # not a source: as bound
     assert encoded == [second[0].data_ptr(), second[1].data_ptr()] * 2  # bound, then direct
 
@@ -230,10 +232,18 @@ def test_a_bound_launch_passes_what_a_direct_launch_of_the_new_tensors_passes(
     assert encoded == []
     assert kernel.calls[-1][4:] == by_direct[4:]
 
+    # A new query at another address: its map alone is encoded again, the key's is taken.
+    third = (torch.zeros(2, 3, 64, 128), *second[1:])
+    encoded.clear()
+    assert bound.launch(third)
+    assert encoded == [third[0].data_ptr()]
+    kept.launch((3, 2), call(*third, sched))
+    assert kernel.calls[-2][4:] == kernel.calls[-1][4:]
+
     # A launch hook installed: nothing launched, the caller takes the launcher's path.
     monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda metadata: None)
     assert not bound.launch(second)
-    assert len(kernel.calls) == 3
+    assert len(kernel.calls) == 5
 
     # Sources that are one tensor: which one an argument stands for is ambiguous.
     same = (first[0], first[0], first[2], first[3])
