@@ -658,6 +658,17 @@ def _kernel_args(
     )  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class _Launched:
+    """What :func:`_launch` launched: the kept kernel (None where none is kept), the grid,
+    the L2 section (:func:`_grid`'s) and the runtime arguments (:func:`_kernel_args`'s)."""
+
+    kept: gluon_launch.Kept | None
+    grid: tuple[int, ...]
+    section: int
+    args: tuple[Any, ...]
+
+
 def _launch(
     config: Variant,
     d: _Dims,
@@ -671,14 +682,15 @@ def _launch(
     cu_seqlens: tuple[torch.Tensor, torch.Tensor] | None,
     fp8: Fp8Scales | None = None,
     sched: torch.Tensor | None = None,
-) -> gluon_launch.Kept | None:
+) -> _Launched:
     """Launch on the current stream. ``q``, ``k``, ``v`` and ``out`` are 4-D (batch, heads,
     seq, head_dim) views, (1, heads, total, head_dim) when ``cu_seqlens`` is given; with
     ``fp8`` the inputs are e4m3 and ``v`` is transposed, (batch, kv_heads, head_dim, seq).
     ``sched``: the persistent variant's schedule (:func:`_schedule`) for this grid, which a
     persistent ``config`` needs.
     :func:`.gluon_launch.launch` keeps the kernel the JIT compiled for the first call of its
-    kind and launches it directly afterwards; it is returned (None where none is kept)."""
+    kind and launches it directly afterwards; it is returned with the launch's grid and
+    arguments."""
     from xpuruntime.kernels.attention import _hopper_kernels
 
     grid, section = _grid(config, d, q.element_size(), q.device.index)
@@ -701,9 +713,10 @@ def _launch(
         "P_F32": fp8 is not None,
         "K_SCALE_BLOCK": fp8.k_block if fp8 is not None else config.block_n,
     }
-    return gluon_launch.launch(
+    kept = gluon_launch.launch(
         _hopper_kernels._xrt_attn_fwd_hopper, grid, args, constants, maxnreg=config.maxnreg
     )
+    return _Launched(kept, grid, section, args)
 
 
 @dataclass(frozen=True)
@@ -946,20 +959,18 @@ def hopper_attention_forward_run(
         else:
             config, sched, twin = _scheduled(config, d, causal, q4)
             why += twin
-            kept = _launch(config, d, q4, k4, v4, view(target), lse, causal, scale, cu_seqlens,
-                           sched=sched)  # fmt: skip
+            launched = _launch(config, d, q4, k4, v4, view(target), lse, causal, scale,
+                               cu_seqlens, sched=sched)  # fmt: skip
             ran = config
             # The next call with this key repeats this one, if this one ran on the tensors as
             # given (no copy for TMA) and its choice holds outside a graph capture.
             as_given = q4 is q and k4 is k and v4 is v and (out is None or target is out)
+            kept = launched.kept
             if repeat_key is not None and kept is not None and as_given and not twin:
                 if len(_REPEATS) >= _REPEATS_BOUND:
                     _REPEATS.clear()
-                grid, section = _grid(config, d, q.element_size(), q.device.index)
-                args = _kernel_args(
-                    config, d, q, k, v, target, lse, scale, None, None, sched, section
-                )
-                bound = kept.bind(grid, args, (q, k, v, target, lse))
+                grid, section = launched.grid, launched.section
+                bound = kept.bind(grid, launched.args, (q, k, v, target, lse))
                 _REPEATS[repeat_key] = _Repeat(
                     config, d, scale, sched, kept, why, grid, section, bound
                 )
