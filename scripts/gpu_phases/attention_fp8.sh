@@ -3,7 +3,7 @@
 # over tiny calls (every tile candidate and Gluon variant, GQA/MQA, packed sequences with an
 # empty one, e4m3 inputs), the benchmark against our fastest bf16 forward, cuDNN and
 # SDPA-flash (every fp8 tile candidate and Gluon variant timed too), and an Nsight Compute
-# profile of the fp8 forwards beside cuDNN's.
+# profile of the fp8 forwards beside our bf16 forward and cuDNN's.
 # FP8_PARTS picks some of "sanitize bench profile" (default: all); FP8_BENCH_ARGS adds flags.
 set -uo pipefail
 LOGS=${1:-.}
@@ -31,16 +31,10 @@ for part in ${FP8_PARTS:-sanitize bench profile}; do
       # shellcheck disable=SC2086
       python3 "$SCRIPT" --out "$LOGS" ${FP8_BENCH_ARGS:-} 2>&1 | tee "$LOGS/fp8_bench.log" || status=1 ;;
     profile)
-      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-      "$NCU" --profile-from-start off --set full --import-source no -f -o /tmp/fp8_fwd \
-        python3 "$SCRIPT" --profile-calls >"$LOGS/fp8_ncu_run.log" 2>&1 ||
-        { tail -20 "$LOGS/fp8_ncu_run.log"; status=1; continue; }
-      "$NCU" --import /tmp/fp8_fwd.ncu-rep --page details \
-        --section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy \
-        --section LaunchStats --section WarpStateStats --section SchedulerStats \
-        >"$LOGS/fp8_fwd_details.txt" 2>&1
-      grep -E "^  [A-Za-z_].*\(|Duration|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy|Block Size|Grid Size|Dynamic Shared" \
-        "$LOGS/fp8_fwd_details.txt" | head -60 ;;
+      # The Gluon and Triton fp8 forwards, our bf16 forward and cuDNN's (the pipes, stalls
+      # and shared memory that attention_profile.sh queries).
+      OUT="$LOGS" SCRIPT=$SCRIPT REPORT=fp8_fwd \
+        bash packages/xpuruntime-core/scripts/attention_profile.sh --profile-calls || status=1 ;;
     *) echo "attention_fp8: unknown part $part"; status=1 ;;
   esac
 done

@@ -4,13 +4,14 @@
 # a text summary (speed of light, pipe utilisation, warp stall reasons, occupancy) go to $OUT.
 #   attention_profile.sh                                  # forwards: $OUT/attention_fwd.*
 #   REPORT=attention_bwd attention_profile.sh --backward --causal [--variants ...]
+#   SCRIPT=benchmarks/attention_fp8_bench.py REPORT=attention_fp8 attention_profile.sh --profile-calls
 set -uo pipefail
 OUT=${OUT:-device-out}
 mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "ncu not found"; exit 1; }
-SCRIPT="$(dirname "$0")/attention_profile.py"
+SCRIPT=${SCRIPT:-"$(dirname "$0")/attention_profile.py"}
 REPORT=${REPORT:-attention_fwd}
 "$NCU" --profile-from-start off --set full --import-source no -f -o "$OUT/$REPORT" \
   python3 "$SCRIPT" "$@" >"$OUT/${REPORT}_run.log" 2>&1 || { tail -30 "$OUT/${REPORT}_run.log"; exit 1; }
@@ -26,5 +27,10 @@ REPORT=${REPORT:-attention_fwd}
 "$NCU" --import "$OUT/$REPORT.ncu-rep" --page raw --csv \
   --metrics gpu__time_duration.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_reads.avg.pct_of_peak_sustained_elapsed,l1tex__data_bank_writes.avg.pct_of_peak_sustained_elapsed,smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct,smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct,smsp__warp_issue_stalled_sleeping_per_warp_active.pct,smsp__warp_issue_stalled_dispatch_stall_per_warp_active.pct,smsp__warp_issue_stalled_selected_per_warp_active.pct,smsp__issue_active.avg.pct_of_peak_sustained_active \
   >"$OUT/${REPORT}_smem.csv" 2>&1
+# The other pipes: the special-function unit (exponentials, conversions), FMA and ALU, for
+# kernels whose softmax may bound them (fp8).
+"$NCU" --import "$OUT/$REPORT.ncu-rep" --page raw --csv \
+  --metrics gpu__time_duration.sum,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active \
+  >"$OUT/${REPORT}_pipes.csv" 2>&1
 grep -E "^  [A-Za-z_].*\(|Duration|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy" \
   "$OUT/${REPORT}_details.txt" | head -40
