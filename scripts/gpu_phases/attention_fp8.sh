@@ -31,8 +31,8 @@ for part in ${FP8_PARTS:-sanitize bench profile}; do
       # shellcheck disable=SC2086
       python3 "$SCRIPT" --out "$LOGS" ${FP8_BENCH_ARGS:-} 2>&1 | tee "$LOGS/fp8_bench.log" || status=1 ;;
     profile)
-      # The Gluon and Triton fp8 forwards, our bf16 forward and cuDNN's (the pipes, stalls
-      # and shared memory that attention_profile.sh queries).
+      # The Gluon and Triton fp8 forwards, our bf16 forward and cuDNN's (the sections, pipes
+      # and shared-memory figures attention_profile.sh queries; its report stays in LOGS).
       OUT="$LOGS" SCRIPT=$SCRIPT REPORT=fp8_fwd \
         bash packages/xpuruntime-core/scripts/attention_profile.sh --profile-calls || status=1 ;;
     *) echo "attention_fp8: unknown part $part"; status=1 ;;
