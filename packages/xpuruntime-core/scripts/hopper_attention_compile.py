@@ -100,6 +100,7 @@ def compile_one(
         EXP_EMU=variant.exp_emu,
         K_SCALE_BLOCK=128,
         P_F32=fp8,
+        LAZY=variant.lazy,
     )
     for name in constexprs:
         signature[name] = "constexpr"

@@ -415,6 +415,48 @@ def test_hopper_forward_every_variant_with_more_or_fewer_keys_than_queries(dim: 
 
 
 @needs_sm90
+@pytest.mark.parametrize("dim", [64, 128])
+@pytest.mark.parametrize("first_rows_move", [True, False], ids=["rows-r-move", "rows-r8-move"])
+def test_hopper_forward_lazy_rescale_where_some_rows_maxima_grow_and_others_stay(
+    dim: int, first_rows_move: bool
+) -> None:
+    """The default variants with lazy rescaling (``r``) against the same variants rescaling
+    every block and a float32 reference, on scores whose row maxima grow by more than the threshold from
+    block to block in some rows (keys' norms ramp up 5x along the sequence, those rows'
+    queries are large), by less in others (queries of norm 1: P up to 2**8 between moves)
+    and not at all in the rest (tiny queries). Rows alternate in groups of 8, so each thread's
+    two accumulator rows (r and r + 8) differ: a thread that tested one row's factor only
+    would skip a rescale the other row needs, and this would fail."""
+    from xpuruntime.kernels.attention import hopper
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    seq = 2000
+    ramp = 1 + 4 * torch.arange(seq, device="cuda") / seq
+    k = torch.randn(2, 4, seq, dim, device="cuda", generator=gen) * ramp[:, None]
+    v = torch.randn(2, 4, seq, dim, device="cuda", generator=gen)
+    group = torch.arange(seq, device="cuda") // 8 % 2 == (0 if first_rows_move else 1)
+    size = torch.where(
+        group, 4.0, torch.where(torch.arange(seq, device="cuda") % 3 == 0, 1.0, 0.01)
+    )
+    q = torch.randn(2, 4, seq, dim, device="cuda", generator=gen) * size[:, None]
+    q, k, v = (x.bfloat16() for x in (q, k, v))
+    for causal in (False, True):
+        want = _reference(q, k, v, causal, torch.zeros_like(q))[0]
+        for name in {
+            name for (d, _), rows in hopper._DEFAULTS.items() if d == dim for _, name in rows
+        }:
+            eager = dataclasses.replace(hopper.parse_variant(name), lazy=False).name
+            lazy = dataclasses.replace(hopper.parse_variant(name), lazy=True).name
+            eager_out = hopper.hopper_attention_forward(q, k, v, causal=causal, variant=eager)[0]
+            out, lse = hopper.hopper_attention_forward(q, k, v, causal=causal, variant=lazy)
+            what = f"{lazy} {'causal' if causal else 'full'}"
+            error, eager = ((x.float() - want).abs() for x in (out, eager_out))
+            assert float(error.max()) <= FACTOR * float(eager.max()) + FLOOR[q.dtype], what
+            assert float(error.mean()) <= FACTOR * float(eager.mean()) + 1e-5, what
+            assert bool(torch.isfinite(lse).all()), what
+
+
+@needs_sm90
 def test_hopper_forward_in_bshd_layout_through_the_native_run_entry() -> None:
     from xpuruntime.runtime.native import core
 

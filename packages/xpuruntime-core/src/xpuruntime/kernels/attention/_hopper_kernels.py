@@ -62,6 +62,72 @@ LN2: gl.constexpr = gl.constexpr(0.6931471805599453)
 #: finite value is 448, keeps probabilities down to 2**-17 instead of flushing those below
 #: 2**-9), as :mod:`._fp8_kernels` does it.
 P_SHIFT: gl.constexpr = gl.constexpr(8.0)
+#: Lazy rescaling (``LAZY``, FlashAttention-4's): a row's running max moves only when a block's
+#: max exceeds it by more than 2**LAZY_T, so after a row's first blocks O's rescale (one
+#: multiply per accumulator element a block) is skipped. P is then at most 2**LAZY_T times
+#: the probability against the row's true max: 16-bit P holds that exactly; fp8 P, whose
+#: largest finite value is 448, takes LAZY_T_FP8 out of its shift (P <= 2**P_SHIFT still).
+LAZY_T: gl.constexpr = gl.constexpr(8.0)
+LAZY_T_FP8: gl.constexpr = gl.constexpr(4.0)
+
+
+@gluon.constexpr_function
+def _rescale_if_moved_asm(n):
+    """PTX for ``n`` accumulator values times their rows' rescale factors, skipped by a branch
+    when the thread's factors are all 1 (no row of its moved its max). Operands: ``$0..``
+    the results, tied to the accumulator inputs after them, then the factors. A thread's
+    first four accumulator values cover both its rows (wgmma's accumulator: values 0-1 row
+    r, 2-3 row r + 8), so their factors decide; a warp whose threads all skip issues six
+    instructions instead of ``n`` multiplies."""
+    f = 2 * n  # first factor operand
+    test = "".join(f"setp.neu.or.f32 moved, ${f + i}, 0f3F800000, moved;\n" for i in range(1, 4))
+    muls = "".join(f"mul.f32 ${i}, ${n + i}, ${f + i};\n" for i in range(n))
+    return (
+        "{\n.reg .pred moved;\n"
+        f"setp.neu.f32 moved, ${f}, 0f3F800000;\n{test}"
+        f"@!moved bra SKIP;\n{muls}SKIP:\n}}"
+    )
+
+
+@gluon.constexpr_function
+def _rescale_constraints(n):
+    return ",".join(["=f"] * n + [str(i) for i in range(n)] + ["f"] * n)
+
+
+@gluon.constexpr_function
+def _lazy_threshold(fp8, lazy):
+    """:data:`LAZY_T` (16-bit) or :data:`LAZY_T_FP8` with ``lazy``, else 0 (always move)."""
+    return (LAZY_T_FP8.value if fp8 else LAZY_T.value) if lazy else 0.0
+
+
+#: The running max of a row after a block, per thread (two rows each: operands 0-1 the
+#: results, 2-3 the thread's own candidates, max(running, its columns' max), 4-5 the
+#: thresholds, running + LAZY_T, 6-7 the running max). The lanes of a row's quad agree only
+#: when some thread of the warp has a candidate past its threshold (a vote, so the branch is
+#: the warp's): then the quad's max (two shuffles) moves the rows past their thresholds. A
+#: block whose maxima stay (most blocks after a row's first) needs no cross-lane step.
+_QUAD_MAX_IF_MOVED: gl.constexpr = gl.constexpr(
+    "{\n.reg .pred mv, any;\n.reg .f32 a, b, t;\n"
+    "setp.gt.f32 mv, $2, $4;\n"
+    "setp.gt.or.f32 mv, $3, $5, mv;\n"
+    "vote.sync.any.pred any, mv, 0xffffffff;\n"
+    "mov.f32 $0, $6;\nmov.f32 $1, $7;\n"
+    "@!any bra DONE;\n"
+    "mov.f32 a, $2;\nmov.f32 b, $3;\n"
+    "shfl.sync.bfly.b32 t, a, 1, 0x1f, 0xffffffff;\nmax.f32 a, a, t;\n"
+    "shfl.sync.bfly.b32 t, b, 1, 0x1f, 0xffffffff;\nmax.f32 b, b, t;\n"
+    "shfl.sync.bfly.b32 t, a, 2, 0x1f, 0xffffffff;\nmax.f32 a, a, t;\n"
+    "shfl.sync.bfly.b32 t, b, 2, 0x1f, 0xffffffff;\nmax.f32 b, b, t;\n"
+    "setp.gt.f32 mv, a, $4;\n@mv mov.f32 $0, a;\n"
+    "setp.gt.f32 mv, b, $5;\n@mv mov.f32 $1, b;\n"
+    "DONE:\n}"
+)
+
+
+@gluon.constexpr_function
+def _p_shift(fp8, lazy):
+    """fp8 P's factor (log2; see :data:`P_SHIFT` and :data:`LAZY_T`), 0 for 16-bit P."""
+    return P_SHIFT.value - _lazy_threshold(fp8, lazy) if fp8 else 0.0
 
 
 def _exp2_one_in_four_asm() -> str:
@@ -152,15 +218,69 @@ def _turn_pass(turn_bars, WG: gl.constexpr, NUM_WG: gl.constexpr, PINGPONG: gl.c
 
 
 @gluon.jit
-def _softmax(
+def _by_lane(x):
+    """A tile in the wgmma accumulator layout, [M, N], as [M, N // 8, 4, 2]: column
+    8 i + 2 t + e at (i, t, e), ``t`` being the lane within its row's quad. Reductions over
+    axes 1 and 3 stay inside each thread (no shuffle) and leave [M, 4], one value per row
+    and lane (:func:`_lane_layout`)."""
+    return gl.reshape(x, [x.shape[0], x.shape[1] // 8, 4, 2])
+
+
+@gluon.constexpr_function
+def _lane_layout(layout4):
+    """The layout of [M, 4] per-lane row values of a :func:`_by_lane` tile's ``layout4``."""
+    return gl.SliceLayout(1, gl.SliceLayout(3, layout4))
+
+
+@gluon.jit
+def _per_element(v, x4):
+    """[M, 4] per-lane row values ``v`` broadcast over the :func:`_by_lane` tile ``x4``."""
+    v = gl.convert_layout(v, _lane_layout(x4.type.layout))
+    return gl.expand_dims(gl.expand_dims(v, 1), 3)
+
+
+@gluon.jit
+def _softmax_by_lane(
     s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL: gl.constexpr, MASKED: gl.constexpr,
-    EXP_EMU: gl.constexpr, P_SHIFT: gl.constexpr = 0.0,
+    EXP_EMU: gl.constexpr, P_SHIFT: gl.constexpr, LAZY_T: gl.constexpr,
 ):  # fmt: skip
-    """One online-softmax step on a score tile, as ``_kernels._fwd_blocks`` does it:
-    returns P (float32, unnormalised), the rescale factor of the older blocks, and the new
-    running max and sum (base 2). ``EXP_EMU``: see :func:`_exp2` (unmasked blocks only).
-    ``P_SHIFT``: P is ``2**P_SHIFT`` times the probability (the fp8 kernel's range), and so
-    is the sum; the running max is not shifted."""
+    """:func:`_softmax` with a lazy running max whose statistics stay per lane ([M, 4]:
+    each lane of a row's quad holds the row's running max, the same in all four, and its
+    own columns' share of the sum), so a block needs no shuffle unless a row's max moves
+    (:data:`_QUAD_MAX_IF_MOVED`); the sums meet once, at the tile's end. Returns P (float32,
+    [M, N]), the factor, the running max and the partial sums, all but P per lane."""
+    if MASKED:
+        keep = gl.expand_dims(cols, 0) < seqlen_k
+        if CAUSAL:
+            keep = keep & (gl.expand_dims(rows, 1) >= gl.expand_dims(cols, 0))
+        qk = _by_lane(gl.where(keep, s * qk_scale, float("-inf")))
+        own = gl.max(gl.max(qk, 3), 1)
+    else:
+        x = _by_lane(s)
+        own = gl.max(gl.max(x, 3), 1) * qk_scale
+    m_i = gl.convert_layout(m_i, own.type.layout)
+    m_ij = gl.inline_asm_elementwise(
+        _QUAD_MAX_IF_MOVED, "=f,=f,f,f,f,f,f,f",
+        [gl.maximum(m_i, own), m_i + LAZY_T, m_i], dtype=gl.float32, is_pure=True, pack=2,
+    )  # fmt: skip
+    if MASKED:
+        # A row with no visible key so far keeps m = -inf; subtract 0 instead (no NaN).
+        m_ij = gl.where(m_ij == float("-inf"), 0.0, m_ij)
+        p = gl.exp2(qk - _per_element(m_ij - P_SHIFT, qk))
+    else:
+        p = _exp2(x * qk_scale - _per_element(m_ij - P_SHIFT, x), EXP_EMU)
+    alpha = gl.exp2(m_i - m_ij)
+    l_i = gl.convert_layout(l_i, own.type.layout) * alpha + gl.sum(gl.sum(p, 3), 1)
+    return gl.reshape(p, [s.shape[0], s.shape[1]]), alpha, m_ij, l_i
+
+
+@gluon.jit
+def _softmax_by_row(
+    s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL: gl.constexpr, MASKED: gl.constexpr,
+    EXP_EMU: gl.constexpr, P_SHIFT: gl.constexpr,
+):  # fmt: skip
+    """:func:`_softmax` with its statistics per row (every block's max and sum meet across
+    the row's quad)."""
     if MASKED:
         keep = gl.expand_dims(cols, 0) < seqlen_k
         if CAUSAL:
@@ -176,6 +296,47 @@ def _softmax(
     alpha = gl.exp2(m_i - m_ij)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, alpha, m_ij, l_i
+
+
+@gluon.jit
+def _softmax(
+    s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL: gl.constexpr, MASKED: gl.constexpr,
+    EXP_EMU: gl.constexpr, P_SHIFT: gl.constexpr = 0.0, LAZY_T: gl.constexpr = 0.0,
+):  # fmt: skip
+    """One online-softmax step on a score tile, as ``_kernels._fwd_blocks`` does it:
+    returns P (float32, unnormalised), the rescale factor of the older blocks, and the new
+    running max and sum (base 2). ``EXP_EMU``: see :func:`_exp2` (unmasked blocks only).
+    ``P_SHIFT``: P is ``2**P_SHIFT`` times the probability (the fp8 kernel's range), and so
+    is the sum; the running max is not shifted. ``LAZY_T``: the running max moves only by
+    more than ``LAZY_T`` (:data:`LAZY_T`), and the statistics are per lane
+    (:func:`_softmax_by_lane`; the factor is exactly 1 for a row whose max stayed)."""
+    if LAZY_T > 0:
+        p, alpha, m_ij, l_i = _softmax_by_lane(
+            s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL, MASKED, EXP_EMU, P_SHIFT,
+            LAZY_T,
+        )  # fmt: skip
+    else:
+        p, alpha, m_ij, l_i = _softmax_by_row(
+            s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL, MASKED, EXP_EMU, P_SHIFT
+        )
+    return p, alpha, m_ij, l_i
+
+
+@gluon.jit
+def _rescale(acc, alpha, LAZY: gl.constexpr):
+    """O's older blocks times their rows' factors ``alpha``; with ``LAZY`` (factors exactly 1
+    where the max stayed) a thread whose rows all stayed skips the multiplies
+    (:func:`_rescale_if_moved_asm`)."""
+    if LAZY:  # factors per lane (_softmax_by_lane)
+        acc4 = _by_lane(acc)
+        n: gl.constexpr = acc.shape[0] * acc.shape[1] // (32 * gl.num_warps())
+        acc4 = gl.inline_asm_elementwise(
+            _rescale_if_moved_asm(n), _rescale_constraints(n), [acc4, _per_element(alpha, acc4)],
+            dtype=gl.float32, is_pure=True, pack=n,
+        )  # fmt: skip
+        return gl.convert_layout(gl.reshape(acc4, [acc.shape[0], acc.shape[1]]), acc.type.layout)
+    else:
+        return acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
 
 
 @gluon.jit
@@ -312,7 +473,7 @@ def _consumer_blocks(
     WG: gl.constexpr, NUM_WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
     CAUSAL: gl.constexpr, MASKED: gl.constexpr, PINGPONG: gl.constexpr,
     EXP_EMU: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_LAYOUT: gl.constexpr,
-    P_F32: gl.constexpr,
+    P_F32: gl.constexpr, LAZY: gl.constexpr,
 ):  # fmt: skip
     """Key blocks ``lo`` to ``hi`` (``lo >= 1``): S_j = Q K_jᵀ overlapped with O += P_{j-1} V_{j-1}.
     Block ``j`` sits at ring position ``ring0 + j`` and GEMM round ``turn0 + j``. fp8: block
@@ -325,11 +486,16 @@ def _consumer_blocks(
     the conversion in the same block avoids, for 48 more registers. (16-bit P carried in
     float32 saves its 2-byte permutes too, but measured no faster on an H200.)"""
     FP8: gl.constexpr = q.dtype.primitive_bitwidth == 8
-    row_o: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
     for j in range(lo, hi):
         it = ring0 + j
         slot = it % NUM_STAGES
         prev = (it - 1) % NUM_STAGES
+        if LAZY and j > lo:
+            # The previous block's value slot, released here rather than after its P·V wait
+            # at the end of the last iteration: there ptxas schedules the release's barrier,
+            # and with it that wait, early in the softmax, which then does not overlap its
+            # own P·V (SASS in docs/attention.md).
+            _release(v_empty.index((it - 2) % NUM_STAGES))
         mbarrier.wait(k_ready.index(slot), (it // NUM_STAGES) & 1)
         _turn_wait(turn_bars, turn0 + j, WG, PINGPONG)
         s_tok = warpgroup_mma(
@@ -342,7 +508,7 @@ def _consumer_blocks(
             block_scale = qk_scale
             v_op = v_smem.index(prev)
         # Rescale the older blocks' sum while S_j runs, then queue P_{j-1} V_{j-1} behind it.
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+        acc = _rescale(acc, alpha, LAZY)
         p_op = _p_operand(p, q.dtype, P_LAYOUT) if P_F32 else p
         mbarrier.wait(v_ready.index(prev), ((it - 1) // NUM_STAGES) & 1)
         o_tok = warpgroup_mma(p_op, v_op, acc, is_async=True)
@@ -351,11 +517,14 @@ def _consumer_blocks(
         _release(k_empty.index(slot))
         p_new, alpha, m_i, l_i = _softmax(
             s, m_i, l_i, rows, j * BLOCK_N + offs_n, seqlen_k, block_scale, CAUSAL, MASKED,
-            EXP_EMU, P_SHIFT if FP8 else 0.0,
+            EXP_EMU, _p_shift(FP8, LAZY), _lazy_threshold(FP8, LAZY),
         )  # fmt: skip
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
-        _release(v_empty.index(prev))
+        if not LAZY:
+            _release(v_empty.index(prev))
         p = p_new if P_F32 else _p_operand(p_new, p.dtype, P_LAYOUT)
+    if LAZY and hi > lo:
+        _release(v_empty.index((ring0 + hi - 2) % NUM_STAGES))
     return acc, p, alpha, m_i, l_i
 
 
@@ -389,6 +558,7 @@ def _consumer(
     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
     PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr, LPT: gl.constexpr, VARLEN: gl.constexpr,
     EXP_EMU: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_F32: gl.constexpr,
+    LAZY: gl.constexpr,
 ):  # fmt: skip
     """Consumer warpgroup ``WG``: for each work item, its BLOCK_M_WG query rows against every
     key block. The ring position and GEMM round run on across work items (as the producer's).
@@ -444,8 +614,13 @@ def _consumer(
             else:
                 n_mine = n_blocks
             rows = row0 + gl.arange(0, BLOCK_M_WG, layout=row_s)
-            m_i = gl.full([BLOCK_M_WG], float("-inf"), gl.float32, layout=row_s)
-            l_i = gl.zeros([BLOCK_M_WG], gl.float32, layout=row_s)
+            if LAZY:  # per lane (_softmax_by_lane)
+                lanes: gl.constexpr = _lane_layout(_by_lane(s_init).type.layout)
+                m_i = gl.full([BLOCK_M_WG, 4], float("-inf"), gl.float32, layout=lanes)
+                l_i = gl.zeros([BLOCK_M_WG, 4], gl.float32, layout=lanes)
+            else:
+                m_i = gl.full([BLOCK_M_WG], float("-inf"), gl.float32, layout=row_s)
+                l_i = gl.zeros([BLOCK_M_WG], gl.float32, layout=row_s)
             acc = gl.zeros([BLOCK_M_WG, HEAD_DIM], gl.float32, layout=mma_o)
             if FP8:
                 # This head's key scales, and the query block's scale folded into the scores'.
@@ -476,7 +651,7 @@ def _consumer(
             _release(k_empty.index(slot0))
             p32, alpha, m_i, l_i = _softmax(
                 s, m_i, l_i, rows, offs_n, len_k, scale0, CAUSAL, True, EXP_EMU,
-                P_SHIFT if FP8 else 0.0,
+                _p_shift(FP8, LAZY), _lazy_threshold(FP8, LAZY),
             )  # fmt: skip
             # P_F32: converted before its GEMM (see _consumer_blocks).
             p = p32 if P_F32 else _p_operand(p32, dtype, p_layout)
@@ -486,13 +661,13 @@ def _consumer(
                 1, n_full, ring0, turn0, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
                 turn_bars, acc, p, alpha, m_i, l_i, s_init, rows, offs_n, len_k, qk_scale_wg,
                 ks_row, WG, NUM_WG, BLOCK_N, NUM_STAGES, CAUSAL, False, PINGPONG, EXP_EMU,
-                K_SCALE_BLOCK, p_layout, P_F32,
+                K_SCALE_BLOCK, p_layout, P_F32, LAZY,
             )  # fmt: skip
             acc, p, alpha, m_i, l_i = _consumer_blocks(
                 gl.maximum(n_full, 1), n_mine, ring0, turn0, q, k_smem, v_smem, k_ready,
                 k_empty, v_ready, v_empty, turn_bars, acc, p, alpha, m_i, l_i, s_init, rows,
                 offs_n, len_k, qk_scale_wg, ks_row, WG, NUM_WG, BLOCK_N, NUM_STAGES, CAUSAL,
-                True, PINGPONG, EXP_EMU, K_SCALE_BLOCK, p_layout, P_F32,
+                True, PINGPONG, EXP_EMU, K_SCALE_BLOCK, p_layout, P_F32, LAZY,
             )  # fmt: skip
             if PERSISTENT:
                 # Every S GEMM of this item is done: the producer may load this buffer's next
@@ -501,7 +676,7 @@ def _consumer(
 
             # The last block's P·V.
             last = ring0 + n_mine - 1
-            acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+            acc = _rescale(acc, alpha, LAZY)
             mbarrier.wait(v_ready.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
             _turn_wait(turn_bars, turn0 + n_blocks, WG, PINGPONG)
             if P_F32:
@@ -515,11 +690,16 @@ def _consumer(
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
             _release(v_empty.index(last % NUM_STAGES))
 
+            if LAZY:  # the lanes' sums meet (their running maxima are the same)
+                l_i = gl.convert_layout(gl.sum(l_i, 1), row_s)
+                m_i = gl.convert_layout(gl.max(m_i, 1), row_s)
             # A row that saw no key returns zeros and log-sum-exp -inf (as _kernels does).
             empty = l_i == 0.0
             l_safe = gl.where(empty, 1.0, l_i)
-            if FP8:  # the sum carries P's factor 2**P_SHIFT
-                lse = gl.where(empty, float("-inf"), (m_i + gl.log2(l_safe) - P_SHIFT) * LN2)
+            if FP8:  # the sum carries P's factor (_p_shift)
+                lse = gl.where(
+                    empty, float("-inf"), (m_i + gl.log2(l_safe) - _p_shift(FP8, LAZY)) * LN2
+                )
             else:
                 lse = gl.where(empty, float("-inf"), (m_i + gl.log2(l_safe)) * LN2)
             if VARLEN:  # (heads, total_q)
@@ -659,6 +839,7 @@ def _xrt_attn_fwd_hopper(
     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, NUM_WG: gl.constexpr,
     Q_BUFFERS: gl.constexpr, PERSISTENT: gl.constexpr, LPT: gl.constexpr, VARLEN: gl.constexpr,
     EXP_EMU: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_F32: gl.constexpr,
+    LAZY: gl.constexpr,
 ):  # fmt: skip
     """Launch with num_warps=4 (the first consumer warpgroup; the other ``NUM_WG - 1`` and
     the producer warp are worker partitions). One CTA per (NUM_WG * BLOCK_M_WG query rows,
@@ -688,7 +869,9 @@ def _xrt_attn_fwd_hopper(
     unused. ``Q_BUFFERS``: query tiles per consumer warpgroup (two: ``PERSISTENT`` only, the
     next item's loads start before this item's last Q·Kᵀ). ``EXP_EMU``: one exponential in
     four on the FMA pipe. ``P_F32``:
-    P carried between blocks in float32 (:func:`_consumer_blocks`; fp8 needs it)."""
+    P carried between blocks in float32 (:func:`_consumer_blocks`; fp8 needs it). ``LAZY``:
+    a row's running max moves only by more than :data:`LAZY_T` (fp8: :data:`LAZY_T_FP8`), and
+    O's rescale is skipped where it stayed (:func:`_rescale`)."""
     gl.static_assert(not ((PERSISTENT or LPT) and VARLEN), "packed batches run on a 2-D grid")
     gl.static_assert(not (PERSISTENT and LPT), "persistent or one CTA per item, not both")
     gl.static_assert(Q_BUFFERS == 1 or PERSISTENT, "two query buffers need a persistent loop")
@@ -752,7 +935,7 @@ def _xrt_attn_fwd_hopper(
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32,
+                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
@@ -760,7 +943,7 @@ def _xrt_attn_fwd_hopper(
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32,
+                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY,
                 )),
                 (_producer, (
                     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,
@@ -782,7 +965,7 @@ def _xrt_attn_fwd_hopper(
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32,
+                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
@@ -790,7 +973,7 @@ def _xrt_attn_fwd_hopper(
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32,
+                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
@@ -798,7 +981,7 @@ def _xrt_attn_fwd_hopper(
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 2, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32,
+                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY,
                 )),
                 (_producer, (
                     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,

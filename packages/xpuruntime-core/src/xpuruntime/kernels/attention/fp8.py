@@ -89,10 +89,11 @@ def _hopper_position(key: Any) -> Any:
 
 #: That order as a table: position k of a group holds key ``HOPPER_KEY_ORDER[k]``.
 HOPPER_KEY_ORDER = tuple(sorted(range(_KEY_GROUP), key=_hopper_position))
-#: Below this many keys the Triton kernel ran faster than the Gluon one on an H200 (bf16
-#: inputs at hd128: 0.85x at 2048 keys, 0.97x at 4096, 1.01-1.05x from 8192;
-#: docs/attention.md), so the Gluon kernel takes calls from here.
-HOPPER_MIN_KEYS = 8192
+#: Below this many keys the Triton kernel ran faster than the Gluon one on an H200: with the
+#: lazy rescale (``m64n128s3pp_pe4r``) the Gluon kernel measured 1.03-1.04x the Triton one at
+#: 2048 keys and 1.10-1.12x at 4096, full and causal, but 0.81x at 1024 causal
+#: (docs/attention.md); so the Gluon kernel takes calls from here.
+HOPPER_MIN_KEYS = 2048
 
 
 @dataclass(frozen=True)

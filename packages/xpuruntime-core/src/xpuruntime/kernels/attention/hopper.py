@@ -29,7 +29,11 @@ GEMMs, ping-pong; ``np``: they issue freely). The optional flags, in this order:
   (``maxnreg``), and the consumers get 104 and 112 after ``setmaxnreg`` (the producer's
   warpgroup keeps 24), so two CTAs' warps share the SM and one CTA's start and end (first
   loads, output store) overlap the other's GEMMs; a persistent grid gets two CTAs per SM.
-  Only key blocks of 64 fit those registers.
+  Only key blocks of 64 fit those registers;
+- ``r``: lazy rescaling (FlashAttention-4's): a row's running max moves only when a block's
+  max exceeds it by more than 2**8 (2**4 in fp8), so the output accumulator's rescale, one
+  multiply per element a key block, is skipped by the threads whose rows did not move
+  (``_hopper_kernels._rescale``).
 
 E.g. ``m64n128s2pp_w3p``, ``m64n128s2pp_l``, ``m64n128s3pp_e4``. ``XPURUNTIME_HOPPER_ATTENTION_VARIANT``
 overrides the default per head size, so one GPU run can time them all (and
@@ -102,6 +106,8 @@ class Variant:
     producer_regs: int = 24
     #: Query tiles a consumer warpgroup holds (``q2``: two, persistent only).
     q_buffers: int = 1
+    #: The running max moves only by more than a threshold (``r``).
+    lazy: bool = False
 
     def __post_init__(self) -> None:
         if self.q_buffers not in (1, 2) or (self.q_buffers == 2 and not self.persistent):
@@ -160,6 +166,7 @@ class Variant:
             + ("q2" if self.q_buffers == 2 else "")
             + ("e4" if self.exp_emu else "")
             + ("o2" if self.ctas_per_sm == 2 else "")
+            + ("r" if self.lazy else "")
         )
         return f"m{self.block_m_wg}n{self.block_n}s{self.num_stages}{schedule}" + (
             f"_{flags}" if flags else ""
@@ -181,26 +188,33 @@ class Variant:
 
 #: Candidates per head size (``--variants all`` of the scripts; the defaults are
 #: :data:`_DEFAULTS`'). All compile for sm_90a without spills but the ``o2`` ones, whose 80
-#: registers at launch spill 32-64 bytes (``scripts/hopper_attention_compile.py``).
+#: registers at launch spill 32-64 bytes (``po2r`` 44-104), and at head size 128
+#: ``m64n128s2pp_pr``/``_pq2r``, 8-12 bytes stored and 20-28 loaded
+#: (``scripts/hopper_attention_compile.py``; measured faster than their twins without ``r``
+#: all the same). ``r`` is not offered with ``w3``: 160 registers spill 780-980 bytes.
 _VARIANTS: dict[int, tuple[str, ...]] = {
     64: (
         "m64n128s2pp_w3", "m64n128s2pp", "m64n128s2np", "m64n128s3pp", "m128n64s2pp",
         "m64n128s2pp_p", "m64n128s3pp_p", "m64n128s2pp_l", "m64n128s2pp_w3l",
-        "m64n64s2np_po2", "m64n64s3np_po2", "m64n64s2np_o2", "m64n64s2np_lo2",
-        "m64n128s2pp_pq2",
+        "m64n64s2np_po2", "m64n64s2np_po2r", "m64n64s3np_po2", "m64n64s2np_o2",
+        "m64n64s2np_lo2", "m64n128s2pp_pq2", "m64n128s2pp_pq2r", "m64n128s2pp_pr",
     ),
     128: (
         "m64n128s2pp", "m64n128s2np", "m64n64s3pp", "m64n128s3pp", "m64n128s2pp_p",
         "m64n128s2np_p", "m64n128s2pp_l", "m64n64s3np_p", "m64n64s3np", "m64n64s2np_p",
-        "m64n64s3np_pq2", "m64n128s2pp_pq2",
+        "m64n64s3np_pq2", "m64n128s2pp_pq2", "m64n128s2pp_pq2r", "m64n128s2pp_pr",
+        "m64n128s2pp_r",
     ),
     256: ("m64n64s2pp", "m64n64s2np"),
 }  # fmt: skip
 HEAD_DIMS = tuple(_VARIANTS)
 
 #: fp8 (e4m3) candidates, default first: the same kernel with e4m3 tiles (P carried in
-#: float32). Its GEMMs take half the tensor-core time of 16-bit ones, so the softmax's
-#: exponentials bound a block (hence ``e4``, 1-4 % faster on an H200), three ring stages
+#: float32). Its GEMMs take half the tensor-core time of 16-bit ones, so the softmax bounds a
+#: block (hence ``e4``, 1-4 % faster on an H200, and ``r``, which skips O's rescale, 64
+#: multiplies of the loop's 588 instructions a warp: 3-13 % faster on an H200 at 4096 and
+#: 16384 keys, full and causal, relative error against float32 within 2 % of its own without
+#: ``r``, docs/attention.md), three ring stages
 #: keep the copy engine ahead, and the persistent schedule (``p``) was the fastest or tied
 #: on an H200 at 4096 and 16384 keys, full and causal (causal 4096: 593 TFLOP/s against 551
 #: for ``_l`` and 502-547 for the 2-D grids; ``benchmarks/attention_fp8_bench.py --sweep``).
@@ -209,7 +223,8 @@ HEAD_DIMS = tuple(_VARIANTS)
 #: (docs/attention.md).
 _FP8_VARIANTS: dict[int, tuple[str, ...]] = {
     128: (
-        "m64n128s3pp_pe4", "m64n128s3pp_le4", "m64n128s3pp_e4", "m64n128s2pp_e4",
+        "m64n128s3pp_pe4r", "m64n128s3pp_pe4", "m64n128s3pp_le4", "m64n128s3pp_e4",
+        "m64n128s2pp_e4",
         "m64n128s2np_e4", "m64n128s2pp", "m64n128s2np",
     ),
 }  # fmt: skip
@@ -225,12 +240,12 @@ def variant_names(head_dim: int, *, fp8: bool = False) -> tuple[str, ...]:
 def parse_variant(name: str) -> Variant:
     """``m64n128s2pp_w3p`` -> Variant(64, 128, 2, pingpong=True, num_wg=3, persistent=True)."""
     match = re.fullmatch(
-        r"m(\d+)n(\d+)s(\d+)(pp|np)(?:_(?=.)(w3)?(p|l)?(q2)?(e4)?(o2)?)?", name.strip()
+        r"m(\d+)n(\d+)s(\d+)(pp|np)(?:_(?=.)(w3)?(p|l)?(q2)?(e4)?(o2)?(r)?)?", name.strip()
     )
     if match is None:
         raise InvalidArgumentError(
             f"hopper attention variant {name!r} is not of the form "
-            "m<rows>n<keys>s<stages>pp|np[_[w3][p|l][q2][e4][o2]]"
+            "m<rows>n<keys>s<stages>pp|np[_[w3][p|l][q2][e4][o2][r]]"
         )
     rows, keys, stages = (int(match.group(i)) for i in (1, 2, 3))
     if rows not in (64, 128) or keys not in (64, 128, 192, 256) or stages not in (2, 3, 4):
@@ -249,6 +264,7 @@ def parse_variant(name: str) -> Variant:
         q_buffers=2 if match.group(7) else 1,
         exp_emu=bool(match.group(8)),
         ctas_per_sm=2 if match.group(9) else 1,
+        lazy=bool(match.group(10)),
     )
 
 
@@ -269,18 +285,25 @@ _NO_LIMIT = 1 << 62
 #: next item's loads start before this item's last Q·Kᵀ: at 512 keys, in three runs on two
 #: H200s, head size 128 causal 0.93x against 0.89x, full 0.93-0.94x against 0.91-0.92x, head
 #: size 64 full ``m64n128s2pp_pq2`` 0.95-1.00x against ``po2``'s 0.90-0.94x; from 2048 keys
-#: no faster (0.99-1.01x of one buffer), and no change at head size 64 causal.
+#: no faster (0.99-1.01x of one buffer), and no change at head size 64 causal. Lazy
+#: rescaling (``r``, the twentieth stop) made every default it was timed on faster, kernels
+#: alone on an H200: head size 64 causal ``po2r`` 1.05 / 1.01x cuDNN at 2048 / 4096 keys
+#: (``po2`` 0.97 / 0.91x), ``_pr`` 0.97-1.00x (``_p`` 0.93-0.98x), full 1024 ``pq2r`` 0.98x
+#: (0.96x); head size 128 ``_pr`` 1.05-1.21x (``_p`` 0.95-1.14x) at 2048 and 8192 keys,
+#: ``pq2r`` 0.95x at 1024 full (0.86x), ``m64n128s2pp_r`` 1.11x at 16384 (1.04x); the
+#: three-stage ``m64n64s3np_pq2r`` at 512 causal 0.91x against 0.92x: not taken. Its output
+#: errors against float32 are 2-3.5 % above cuDNN's (relative Frobenius, docs/attention.md).
 _DEFAULTS: dict[tuple[int, bool], tuple[tuple[int, str], ...]] = {
     (64, False): (
-        (1024, "m64n128s2pp_pq2"), (2048, "m64n128s2pp_p"), (_NO_LIMIT, "m64n128s2pp_w3"),
+        (1024, "m64n128s2pp_pq2r"), (2048, "m64n128s2pp_pr"), (_NO_LIMIT, "m64n128s2pp_w3"),
     ),
     (64, True): (
-        (4096, "m64n64s2np_po2"), (8192, "m64n128s2pp_p"), (_NO_LIMIT, "m64n128s2pp_w3l"),
+        (4096, "m64n64s2np_po2r"), (8192, "m64n128s2pp_pr"), (_NO_LIMIT, "m64n128s2pp_w3l"),
     ),
     (128, False): (
-        (2048, "m64n128s2pp_pq2"), (16384, "m64n128s2pp_p"), (_NO_LIMIT, "m64n128s2pp"),
+        (2048, "m64n128s2pp_pq2r"), (16384, "m64n128s2pp_pr"), (_NO_LIMIT, "m64n128s2pp_r"),
     ),
-    (128, True): ((1024, "m64n64s3np_pq2"), (_NO_LIMIT, "m64n128s2pp_p")),
+    (128, True): ((1024, "m64n64s3np_pq2"), (_NO_LIMIT, "m64n128s2pp_pr")),
     (256, False): ((_NO_LIMIT, "m64n64s2pp"),),
     (256, True): ((_NO_LIMIT, "m64n64s2pp"),),
 }  # fmt: skip
@@ -711,6 +734,7 @@ def _launch(
         "VARLEN": cu_seqlens is not None,
         "EXP_EMU": config.exp_emu,
         "P_F32": fp8 is not None,
+        "LAZY": config.lazy,
         "K_SCALE_BLOCK": fp8.k_block if fp8 is not None else config.block_n,
     }
     kept = gluon_launch.launch(
