@@ -43,6 +43,8 @@ def compile_one(
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
+    from xpuruntime.kernels.attention import hopper
+
     fp8 = dtype == "fp8e4nv"
     bits = 8 if fp8 else 16
     out_dtype = "bf16" if fp8 else dtype
@@ -83,24 +85,8 @@ def compile_one(
         "k_blocks": "i32",
         "qk_scale": "fp32",
     }
-    constexprs = dict(
-        HEAD_DIM=head_dim,
-        BLOCK_M_WG=variant.block_m_wg,
-        BLOCK_N=variant.block_n,
-        NUM_STAGES=variant.num_stages,
-        CAUSAL=causal,
-        PINGPONG=variant.pingpong,
-        CONSUMER_REGS=variant.consumer_regs,
-        PRODUCER_REGS=variant.producer_regs,
-        NUM_WG=variant.num_wg,
-        Q_BUFFERS=variant.q_buffers,
-        PERSISTENT=variant.persistent,
-        LPT=variant.lpt,
-        VARLEN=varlen,
-        EXP_EMU=variant.exp_emu,
-        K_SCALE_BLOCK=128,
-        P_F32=fp8,
-        LAZY=variant.lazy,
+    constexprs = hopper.kernel_constants(
+        variant, head_dim, causal, varlen=varlen, k_scale_block=128 if fp8 else None
     )
     for name in constexprs:
         signature[name] = "constexpr"

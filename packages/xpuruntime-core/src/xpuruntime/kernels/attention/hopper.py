@@ -70,6 +70,7 @@ __all__ = [
     "hopper_attention_forward",
     "hopper_attention_forward_run",
     "hopper_fp8_forward",
+    "kernel_constants",
     "parse_variant",
     "tma_addressable",
     "variant_names",
@@ -681,6 +682,32 @@ def _kernel_args(
     )  # fmt: skip
 
 
+def kernel_constants(
+    config: Variant, head_dim: int, causal: bool, *, varlen: bool, k_scale_block: int | None
+) -> dict[str, Any]:
+    """The kernel's compile-time arguments for ``config`` (``k_scale_block``: the fp8 key
+    scales' block, None for 16-bit inputs); the offline compile script builds the same."""
+    return {
+        "HEAD_DIM": head_dim,
+        "BLOCK_M_WG": config.block_m_wg,
+        "BLOCK_N": config.block_n,
+        "NUM_STAGES": config.num_stages,
+        "CAUSAL": causal,
+        "PINGPONG": config.pingpong,
+        "CONSUMER_REGS": config.consumer_regs,
+        "PRODUCER_REGS": config.producer_regs,
+        "NUM_WG": config.num_wg,
+        "Q_BUFFERS": config.q_buffers,
+        "PERSISTENT": config.persistent,
+        "LPT": config.lpt,
+        "VARLEN": varlen,
+        "EXP_EMU": config.exp_emu,
+        "P_F32": k_scale_block is not None,
+        "LAZY": config.lazy,
+        "K_SCALE_BLOCK": k_scale_block if k_scale_block is not None else config.block_n,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class _Launched:
     """What :func:`_launch` launched: the kept kernel (None where none is kept), the grid,
@@ -718,25 +745,10 @@ def _launch(
 
     grid, section = _grid(config, d, q.element_size(), q.device.index)
     args = _kernel_args(config, d, q, k, v, out, lse, scale, cu_seqlens, fp8, sched, section)
-    constants = {
-        "HEAD_DIM": d.head_dim,
-        "BLOCK_M_WG": config.block_m_wg,
-        "BLOCK_N": config.block_n,
-        "NUM_STAGES": config.num_stages,
-        "CAUSAL": causal,
-        "PINGPONG": config.pingpong,
-        "CONSUMER_REGS": config.consumer_regs,
-        "PRODUCER_REGS": config.producer_regs,
-        "NUM_WG": config.num_wg,
-        "Q_BUFFERS": config.q_buffers,
-        "PERSISTENT": config.persistent,
-        "LPT": config.lpt,
-        "VARLEN": cu_seqlens is not None,
-        "EXP_EMU": config.exp_emu,
-        "P_F32": fp8 is not None,
-        "LAZY": config.lazy,
-        "K_SCALE_BLOCK": fp8.k_block if fp8 is not None else config.block_n,
-    }
+    constants = kernel_constants(
+        config, d.head_dim, causal, varlen=cu_seqlens is not None,
+        k_scale_block=fp8.k_block if fp8 is not None else None,
+    )  # fmt: skip
     kept = gluon_launch.launch(
         _hopper_kernels._xrt_attn_fwd_hopper, grid, args, constants, maxnreg=config.maxnreg
     )
