@@ -218,6 +218,16 @@ def _turn_pass(turn_bars, WG: gl.constexpr, NUM_WG: gl.constexpr, PINGPONG: gl.c
 
 
 @gluon.jit
+def _visible_scores(s, rows, cols, seqlen_k, qk_scale, CAUSAL: gl.constexpr):
+    """Scaled scores of a masked block: -inf for keys past ``seqlen_k`` and, causal, for
+    keys after the row (top-left aligned)."""
+    keep = gl.expand_dims(cols, 0) < seqlen_k
+    if CAUSAL:
+        keep = keep & (gl.expand_dims(rows, 1) >= gl.expand_dims(cols, 0))
+    return gl.where(keep, s * qk_scale, float("-inf"))
+
+
+@gluon.jit
 def _by_lane(x):
     """A tile in the wgmma accumulator layout, [M, N], as [M, N // 8, 4, 2]: column
     8 i + 2 t + e at (i, t, e), ``t`` being the lane within its row's quad. Reductions over
@@ -250,10 +260,7 @@ def _softmax_by_lane(
     (:data:`_QUAD_MAX_IF_MOVED`); the sums meet once, at the tile's end. Returns P (float32,
     [M, N]), the factor, the running max and the partial sums, all but P per lane."""
     if MASKED:
-        keep = gl.expand_dims(cols, 0) < seqlen_k
-        if CAUSAL:
-            keep = keep & (gl.expand_dims(rows, 1) >= gl.expand_dims(cols, 0))
-        qk = _by_lane(gl.where(keep, s * qk_scale, float("-inf")))
+        qk = _by_lane(_visible_scores(s, rows, cols, seqlen_k, qk_scale, CAUSAL))
         own = gl.max(gl.max(qk, 3), 1)
     else:
         x = _by_lane(s)
@@ -282,10 +289,7 @@ def _softmax_by_row(
     """:func:`_softmax` with its statistics per row (every block's max and sum meet across
     the row's quad)."""
     if MASKED:
-        keep = gl.expand_dims(cols, 0) < seqlen_k
-        if CAUSAL:
-            keep = keep & (gl.expand_dims(rows, 1) >= gl.expand_dims(cols, 0))
-        qk = gl.where(keep, s * qk_scale, float("-inf"))
+        qk = _visible_scores(s, rows, cols, seqlen_k, qk_scale, CAUSAL)
         m_ij = gl.maximum(m_i, gl.max(qk, 1))
         # A row with no visible key so far keeps m = -inf; subtract 0 instead (no NaN).
         m_ij = gl.where(m_ij == float("-inf"), 0.0, m_ij)
