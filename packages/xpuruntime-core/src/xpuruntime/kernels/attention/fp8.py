@@ -89,11 +89,12 @@ def _hopper_position(key: Any) -> Any:
 
 #: That order as a table: position k of a group holds key ``HOPPER_KEY_ORDER[k]``.
 HOPPER_KEY_ORDER = tuple(sorted(range(_KEY_GROUP), key=_hopper_position))
-#: Below this many keys the Triton kernel ran faster than the Gluon one on an H200: with the
-#: lazy rescale (``m64n128s3pp_pe4r``) the Gluon kernel measured 1.03-1.04x the Triton one at
-#: 2048 keys and 1.10-1.12x at 4096, full and causal, but 0.81x at 1024 causal
-#: (docs/attention.md); so the Gluon kernel takes calls from here.
-HOPPER_MIN_KEYS = 2048
+#: Below this many keys the Triton kernel ran faster than the Gluon one on an H200. With the
+#: lazy rescale (``m64n128s3pp_pe4r``) one run of kernels alone had the Gluon kernel at
+#: 1.03-1.04x the Triton one at 2048 keys, but the product path (``attention_fp8_bench.py``,
+#: the twenty-first stop) had it at 0.91x full and 0.72x causal there, 1.00 / 1.04x at 4096
+#: and 1.11 / 1.05x at 16384 (docs/attention.md); so the Gluon kernel takes calls from 4096.
+HOPPER_MIN_KEYS = 4096
 
 
 @dataclass(frozen=True)
