@@ -313,21 +313,21 @@ def test_forward_default_follows_head_size_mask_and_length(monkeypatch: pytest.M
     def name(head_dim: int, causal: bool, keys: int) -> str:
         return hopper._variant(head_dim, None, causal, keys)[0].name
 
-    assert name(64, False, 512) == "m64n128s2pp_pq2r"
-    assert name(64, False, 1024) == "m64n128s2pp_pr"
+    assert name(64, False, 512) == "m64n128s2pp_pq2"
+    assert name(64, False, 1024) == "m64n128s2pp_p"
     assert name(64, False, 2048) == "m64n128s2pp_w3"
-    assert name(64, True, 1024) == "m64n64s2np_po2r"
-    assert name(64, True, 2048) == "m64n64s2np_po2r"
-    assert name(64, True, 4095) == "m64n64s2np_po2r"
-    assert name(64, True, 4096) == "m64n128s2pp_pr"
+    assert name(64, True, 1024) == "m64n64s2np_po2"
+    assert name(64, True, 2048) == "m64n64s2np_po2"
+    assert name(64, True, 4095) == "m64n64s2np_po2"
+    assert name(64, True, 4096) == "m64n128s2pp_p"
     assert name(64, True, 8192) == "m64n128s2pp_w3l"
-    assert name(128, False, 1024) == "m64n128s2pp_pq2r"
-    assert name(128, False, 2048) == "m64n128s2pp_pr"
-    assert name(128, False, 8192) == "m64n128s2pp_pr"
-    assert name(128, False, 16384) == "m64n128s2pp_r"
+    assert name(128, False, 1024) == "m64n128s2pp_pq2"
+    assert name(128, False, 2048) == "m64n128s2pp_p"
+    assert name(128, False, 8192) == "m64n128s2pp_p"
+    assert name(128, False, 16384) == "m64n128s2pp"
     assert name(128, True, 512) == "m64n64s3np_pq2"
-    assert name(128, True, 1024) == "m64n128s2pp_pr"
-    assert name(128, True, 16384) == "m64n128s2pp_pr"
+    assert name(128, True, 1024) == "m64n128s2pp_p"
+    assert name(128, True, 16384) == "m64n128s2pp_p"
     assert name(256, True, 512) == "m64n64s2pp"
     assert (
         hopper._variant(128, None, True, 2048)[1]
