@@ -7,31 +7,23 @@ The issue's accuracy target: errors against a float32 reference no worse than cu
 For each case (batch 1, 4 heads, bf16 inputs from ``randn``, one generator seeded 1 for the
 whole run, so a case's inputs depend on the cases before it) it prints the relative
 Frobenius error ‖out − ref‖ / ‖ref‖ and the largest |out − ref| of cuDNN's forward, of the
-default variant for that head size, mask and length, of its lazy-rescaling twin (``r``, a
-candidate by name), and of any ``--variants`` given. The reference is the softmax of the
-bf16 inputs' scores in float32.
+default variant for that head size, mask and length, of its lazy-rescaling twin (``r``),
+and of any ``--variants`` given. The reference is the softmax of the bf16 inputs' scores
+in float32.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 
 import torch
+from _attention_reference import errors, reference
 
 from xpuruntime.kernels.attention import hopper
 
 #: cuDNN's SDPA entry in ATen: (q, k, v, bias, compute_lse, dropout, causal, return_debug).
 CUDNN = torch.ops.aten._scaled_dot_product_cudnn_attention
-
-
-def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
-    scores = q.float() @ k.float().transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if causal:
-        visible = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril()
-        scores = scores.masked_fill(~visible, float("-inf"))
-    return torch.softmax(scores, -1) @ v.float()
 
 
 def main() -> None:
@@ -52,7 +44,7 @@ def main() -> None:
                     torch.randn(1, 4, seq, dim, device="cuda", generator=gen).bfloat16()
                     for _ in range(3)
                 )
-                want = _reference(q, k, v, causal)
+                want = reference(q, k, v, causal)
                 default = hopper._variant(dim, None, causal, seq)[0]
                 names = [default.name, dataclasses.replace(default, lazy=True).name, *extra]
                 outs = {"cudnn": CUDNN(q, k, v, None, True, 0.0, causal, False)[0]}
@@ -60,10 +52,10 @@ def main() -> None:
                     outs[name] = hopper.hopper_attention_forward(
                         q, k, v, causal=causal, variant=name
                     )[0]
+                found = {name: errors(out, want) for name, out in outs.items()}
                 cells = "  ".join(
-                    f"{name} rel {float((out.float() - want).norm() / want.norm()):.4e} "
-                    f"max {float((out.float() - want).abs().max()):.2e}"
-                    for name, out in outs.items()
+                    f"{name} rel {e['rel_fro']:.4e} max {e['max_abs']:.2e}"
+                    for name, e in found.items()
                 )
                 print(f"hd{dim} S{seq} {'causal' if causal else 'full'}: {cells}", flush=True)
 

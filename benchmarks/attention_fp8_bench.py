@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import sys
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from _attention_reference import errors, reference
 from _interleaved import interleaved_medians
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -66,22 +66,6 @@ def _warmed_medians(impls: dict[str, Callable[[], Any]], rounds: int) -> dict[st
 def _sdpa(backend: SDPBackend, q: Any, k: Any, v: Any, causal: bool) -> Any:
     with sdpa_kernel([backend]):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-
-def _reference(q: Any, k: Any, v: Any, causal: bool) -> Any:
-    scores = q.float() @ k.float().transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if causal:
-        keep = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
-        scores = scores.masked_fill(~keep, float("-inf"))
-    return torch.softmax(scores, -1) @ v.float()
-
-
-def _errors(out: Any, ref: Any) -> dict[str, float]:
-    diff = out.float() - ref
-    return {
-        "rel_fro": float(diff.norm() / ref.norm()),
-        "max_abs": float(diff.abs().max()),
-    }
 
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
@@ -189,7 +173,7 @@ def case(dim: int, seqlen: int, causal: bool, sweep: bool, rounds: int) -> dict[
     }
     if seqlen <= 4096:
         first = (q[:1], k[:1], v[:1])
-        ref = _reference(*first, causal)
+        ref = reference(*first, causal)
         outs = {
             "cudnn": _sdpa(SDPBackend.CUDNN_ATTENTION, *first, causal),
             "flash": _sdpa(SDPBackend.FLASH_ATTENTION, *first, causal),
@@ -207,7 +191,7 @@ def case(dim: int, seqlen: int, causal: bool, sweep: bool, rounds: int) -> dict[
             ],
             "bf16_rounded_reference": ref.to(torch.bfloat16),
         }
-        row["errors"] = {name: _errors(out, ref) for name, out in outs.items()}
+        row["errors"] = {name: errors(out, ref) for name, out in outs.items()}
     return row
 
 
@@ -235,7 +219,7 @@ def fp8_inputs_check() -> dict[str, Any]:
     z = fp8.from_fp8(q8, k8, v8, (descales[0], descales[1], descales[2]), layout="bhsd")
     out, _, detail = fp8.forward(z, causal=True, scale=None, layout="bhsd")
     qr, kr, vr = (x8.float() * d for x8, d in zip(quantized, descales, strict=True))
-    return {"detail": detail, **_errors(out, _reference(qr, kr, vr, True))}
+    return {"detail": detail, **errors(out, reference(qr, kr, vr, True))}
 
 
 def quant_breakdown() -> dict[str, Any]:
