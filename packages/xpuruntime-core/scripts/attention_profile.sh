@@ -3,6 +3,7 @@
 # GPU machine with the core importable. The full section set per kernel; the report file and
 # a text summary (speed of light, pipe utilisation, warp stall reasons, occupancy) go to $OUT.
 #   attention_profile.sh                                  # forwards: $OUT/attention_fwd.*
+#   REPORT=attention_fwd_hd64c attention_profile.sh --causal --head-dim 64 --seqlen 2048
 #   REPORT=attention_bwd attention_profile.sh --backward --causal [--variants ...]
 #   SCRIPT=benchmarks/attention_fp8_bench.py REPORT=attention_fp8 attention_profile.sh --profile-calls
 set -uo pipefail
