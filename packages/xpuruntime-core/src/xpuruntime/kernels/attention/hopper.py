@@ -29,7 +29,8 @@ GEMMs, ping-pong; ``np``: they issue freely). The optional flags, in this order:
   (``maxnreg``), and the consumers get 104 and 112 after ``setmaxnreg`` (the producer's
   warpgroup keeps 24), so two CTAs' warps share the SM and one CTA's start and end (first
   loads, output store) overlap the other's GEMMs; a persistent grid gets two CTAs per SM.
-  Only key blocks of 64 fit those registers;
+  Only key blocks of 64 fit those registers, and ptxas serialises their wgmma all the same
+  (C7512: the 104-register consumer is up to 8 short; docs/attention.md);
 - ``r``: lazy rescaling (FlashAttention-4's): a row's running max moves only when a block's
   max exceeds it by more than 2**8 (2**4 in fp8), so the output accumulator's rescale, one
   multiply per element a key block, is skipped by the threads whose rows did not move
