@@ -300,6 +300,35 @@ def test_two_ctas_an_sm_fit_the_register_file_and_shared_memory() -> None:
         hopper.fp8_variant(128, "m64n64s2np_po2")
 
 
+def test_one_gemm_in_flight_is_a_flag_of_its_own_that_the_kernel_receives() -> None:
+    """``g1`` (one GEMM in flight a consumer warpgroup) parses in its place among the flags,
+    round-trips through the name, reaches the kernel as ``ONE_GEMM`` and changes nothing
+    else of the variant; without it the kernel keeps its overlapped GEMMs."""
+    import dataclasses
+
+    from xpuruntime.kernels.attention import hopper
+    from xpuruntime.runtime.errors import InvalidArgumentError
+
+    for name in ("m64n64s2np_po2g1", "m64n64s2np_o2g1", "m64n64s2np_po2g1r", "m64n128s2pp_pg1"):
+        variant = hopper.parse_variant(name)
+        assert variant.one_gemm
+        assert variant.name == name
+        assert dataclasses.replace(variant, one_gemm=False).name == name.replace("g1", "")
+        constants = hopper.kernel_constants(variant, 64, True, varlen=False, k_scale_block=None)
+        assert constants["ONE_GEMM"] is True
+    assert hopper.parse_variant("m64n64s2np_po2g1r").lazy
+    plain = hopper.parse_variant("m64n64s2np_po2")
+    assert not plain.one_gemm
+    assert (
+        hopper.kernel_constants(plain, 64, True, varlen=False, k_scale_block=None)["ONE_GEMM"]
+        is False
+    )
+    # Offered by name, so the every-variant GPU test and the scripts' "all" time it.
+    assert {"m64n64s2np_po2g1", "m64n64s2np_o2g1"} <= set(hopper.variant_names(64))
+    with pytest.raises(InvalidArgumentError, match="is not of the form"):
+        hopper.parse_variant("m64n64s2np_g1o2")
+
+
 def test_forward_default_follows_head_size_mask_and_length(monkeypatch: pytest.MonkeyPatch) -> None:
     """Key blocks of 64 without ping-pong on the shortest causal sequences (two CTAs an SM
     at head size 64), persistent variants on short sequences and causal ones (at head size

@@ -471,15 +471,36 @@ def _tiles(PERSISTENT: gl.constexpr, LPT: gl.constexpr, SCHED):
 
 
 @gluon.jit
+def _value_operand(v_tile, FP8: gl.constexpr):
+    """A value tile as P·V's B operand: fp8 tiles are stored transposed (fp8 wgmma reads
+    K-major)."""
+    if FP8:
+        return v_tile.permute((1, 0))
+    else:
+        return v_tile
+
+
+@gluon.jit
+def _block_scale(qk_scale, ks_row, j, BLOCK_N: gl.constexpr, K_SCALE_BLOCK: gl.constexpr,
+                 FP8: gl.constexpr):  # fmt: skip
+    """Key block ``j``'s score scale: fp8 scores scale by the block's key scale too."""
+    if FP8:
+        return qk_scale * gl.load(ks_row + (j * BLOCK_N) // K_SCALE_BLOCK)
+    else:
+        return qk_scale
+
+
+@gluon.jit
 def _consumer_blocks(
     lo, hi, ring0, turn0, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn_bars,
     acc, p, alpha, m_i, l_i, s_init, rows, offs_n, seqlen_k, qk_scale, ks_row,
     WG: gl.constexpr, NUM_WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
     CAUSAL: gl.constexpr, MASKED: gl.constexpr, PINGPONG: gl.constexpr,
     EXP_EMU: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_LAYOUT: gl.constexpr,
-    P_F32: gl.constexpr, LAZY: gl.constexpr,
+    P_F32: gl.constexpr, LAZY: gl.constexpr, ONE_GEMM: gl.constexpr,
 ):  # fmt: skip
-    """Key blocks ``lo`` to ``hi`` (``lo >= 1``): S_j = Q K_jᵀ overlapped with O += P_{j-1} V_{j-1}.
+    """Key blocks ``lo`` to ``hi`` (``lo >= 1``): S_j = Q K_jᵀ overlapped with O += P_{j-1} V_{j-1}
+    (``ONE_GEMM``: O += P_{j-1} V_{j-1}, then S_j, each waited for before the next is issued).
     Block ``j`` sits at ring position ``ring0 + j`` and GEMM round ``turn0 + j``. fp8: block
     ``j``'s scores scale by its key scale too (``ks_row``: this head's, one per
     ``K_SCALE_BLOCK`` keys), and the value tiles are transposed (fp8 wgmma reads K-major).
@@ -488,46 +509,67 @@ def _consumer_blocks(
     (fp8) in float32, converted just before its GEMM: a loop-carried fp8 operand is held as
     single bytes, unpacked and packed again (about a hundred byte permutes a block), which
     the conversion in the same block avoids, for 48 more registers. (16-bit P carried in
-    float32 saves its 2-byte permutes too, but measured no faster on an H200.)"""
+    float32 saves its 2-byte permutes too, but measured no faster on an H200.)
+
+    ``ONE_GEMM`` (``g1``; for two CTAs an SM, ``o2``): with both GEMMs in flight a consumer
+    needs 105-112 registers and there one of the two gets 104, for which ptxas serialises
+    every wgmma of the kernel (C7512: each k-step waits for the one before). One GEMM at a
+    time fits, its k-steps pipelined; the other CTA's warpgroups hide this one's softmax."""
     FP8: gl.constexpr = q.dtype.primitive_bitwidth == 8
     for j in range(lo, hi):
         it = ring0 + j
         slot = it % NUM_STAGES
         prev = (it - 1) % NUM_STAGES
-        if LAZY and j > lo:
+        if LAZY and j > lo and not ONE_GEMM:
             # The previous block's value slot, released here rather than after its P·V wait
             # at the end of the last iteration: there ptxas schedules the release's barrier,
             # and with it that wait, early in the softmax, which then does not overlap its
             # own P·V (SASS in docs/attention.md).
             _release(v_empty.index((it - 2) % NUM_STAGES))
-        mbarrier.wait(k_ready.index(slot), (it // NUM_STAGES) & 1)
-        _turn_wait(turn_bars, turn0 + j, WG, PINGPONG)
-        s_tok = warpgroup_mma(
-            q, k_smem.index(slot).permute((1, 0)), s_init, use_acc=False, is_async=True
-        )
-        if FP8:  # its load waits behind the GEMM
-            block_scale = qk_scale * gl.load(ks_row + (j * BLOCK_N) // K_SCALE_BLOCK)
-            v_op = v_smem.index(prev).permute((1, 0))
+        if ONE_GEMM:
+            acc = _rescale(acc, alpha, LAZY)
+            p_op = _p_operand(p, q.dtype, P_LAYOUT) if P_F32 else p
+            mbarrier.wait(v_ready.index(prev), ((it - 1) // NUM_STAGES) & 1)
+            _turn_wait(turn_bars, turn0 + j, WG, PINGPONG)
+            v_op = _value_operand(v_smem.index(prev), FP8)
+            o_tok = warpgroup_mma(p_op, v_op, acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
+            _release(v_empty.index(prev))
+            mbarrier.wait(k_ready.index(slot), (it // NUM_STAGES) & 1)
+            s_tok = warpgroup_mma(
+                q, k_smem.index(slot).permute((1, 0)), s_init, use_acc=False, is_async=True
+            )
+            _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
+            block_scale = _block_scale(qk_scale, ks_row, j, BLOCK_N, K_SCALE_BLOCK, FP8)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         else:
-            block_scale = qk_scale
-            v_op = v_smem.index(prev)
-        # Rescale the older blocks' sum while S_j runs, then queue P_{j-1} V_{j-1} behind it.
-        acc = _rescale(acc, alpha, LAZY)
-        p_op = _p_operand(p, q.dtype, P_LAYOUT) if P_F32 else p
-        mbarrier.wait(v_ready.index(prev), ((it - 1) // NUM_STAGES) & 1)
-        o_tok = warpgroup_mma(p_op, v_op, acc, is_async=True)
-        _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
-        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+            mbarrier.wait(k_ready.index(slot), (it // NUM_STAGES) & 1)
+            _turn_wait(turn_bars, turn0 + j, WG, PINGPONG)
+            s_tok = warpgroup_mma(
+                q, k_smem.index(slot).permute((1, 0)), s_init, use_acc=False, is_async=True
+            )
+            # (fp8: the scale's load waits behind the GEMM.)
+            block_scale = _block_scale(qk_scale, ks_row, j, BLOCK_N, K_SCALE_BLOCK, FP8)
+            v_op = _value_operand(v_smem.index(prev), FP8)
+            # Rescale the older blocks' sum while S_j runs, then queue P_{j-1} V_{j-1} behind
+            # it.
+            acc = _rescale(acc, alpha, LAZY)
+            p_op = _p_operand(p, q.dtype, P_LAYOUT) if P_F32 else p
+            mbarrier.wait(v_ready.index(prev), ((it - 1) // NUM_STAGES) & 1)
+            o_tok = warpgroup_mma(p_op, v_op, acc, is_async=True)
+            _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
+            s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
         _release(k_empty.index(slot))
         p_new, alpha, m_i, l_i = _softmax(
             s, m_i, l_i, rows, j * BLOCK_N + offs_n, seqlen_k, block_scale, CAUSAL, MASKED,
             EXP_EMU, _p_shift(FP8, LAZY), _lazy_threshold(FP8, LAZY),
         )  # fmt: skip
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
-        if not LAZY:
-            _release(v_empty.index(prev))
+        if not ONE_GEMM:
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
+            if not LAZY:
+                _release(v_empty.index(prev))
         p = p_new if P_F32 else _p_operand(p_new, p.dtype, P_LAYOUT)
-    if LAZY and hi > lo:
+    if LAZY and hi > lo and not ONE_GEMM:
         _release(v_empty.index((ring0 + hi - 2) % NUM_STAGES))
     return acc, p, alpha, m_i, l_i
 
@@ -562,7 +604,7 @@ def _consumer(
     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
     PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr, LPT: gl.constexpr, VARLEN: gl.constexpr,
     EXP_EMU: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_F32: gl.constexpr,
-    LAZY: gl.constexpr,
+    LAZY: gl.constexpr, ONE_GEMM: gl.constexpr,
 ):  # fmt: skip
     """Consumer warpgroup ``WG``: for each work item, its BLOCK_M_WG query rows against every
     key block. The ring position and GEMM round run on across work items (as the producer's).
@@ -665,13 +707,13 @@ def _consumer(
                 1, n_full, ring0, turn0, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
                 turn_bars, acc, p, alpha, m_i, l_i, s_init, rows, offs_n, len_k, qk_scale_wg,
                 ks_row, WG, NUM_WG, BLOCK_N, NUM_STAGES, CAUSAL, False, PINGPONG, EXP_EMU,
-                K_SCALE_BLOCK, p_layout, P_F32, LAZY,
+                K_SCALE_BLOCK, p_layout, P_F32, LAZY, ONE_GEMM,
             )  # fmt: skip
             acc, p, alpha, m_i, l_i = _consumer_blocks(
                 gl.maximum(n_full, 1), n_mine, ring0, turn0, q, k_smem, v_smem, k_ready,
                 k_empty, v_ready, v_empty, turn_bars, acc, p, alpha, m_i, l_i, s_init, rows,
                 offs_n, len_k, qk_scale_wg, ks_row, WG, NUM_WG, BLOCK_N, NUM_STAGES, CAUSAL,
-                True, PINGPONG, EXP_EMU, K_SCALE_BLOCK, p_layout, P_F32, LAZY,
+                True, PINGPONG, EXP_EMU, K_SCALE_BLOCK, p_layout, P_F32, LAZY, ONE_GEMM,
             )  # fmt: skip
             if PERSISTENT:
                 # Every S GEMM of this item is done: the producer may load this buffer's next
@@ -685,10 +727,7 @@ def _consumer(
             _turn_wait(turn_bars, turn0 + n_blocks, WG, PINGPONG)
             if P_F32:
                 p = _p_operand(p, dtype, p_layout)
-            if FP8:
-                v_last = v_smem.index(last % NUM_STAGES).permute((1, 0))
-            else:
-                v_last = v_smem.index(last % NUM_STAGES)
+            v_last = _value_operand(v_smem.index(last % NUM_STAGES), FP8)
             o_tok = warpgroup_mma(p, v_last, acc, is_async=True)
             _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
@@ -843,7 +882,7 @@ def _xrt_attn_fwd_hopper(
     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, NUM_WG: gl.constexpr,
     Q_BUFFERS: gl.constexpr, PERSISTENT: gl.constexpr, LPT: gl.constexpr, VARLEN: gl.constexpr,
     EXP_EMU: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_F32: gl.constexpr,
-    LAZY: gl.constexpr,
+    LAZY: gl.constexpr, ONE_GEMM: gl.constexpr,
 ):  # fmt: skip
     """Launch with num_warps=4 (the first consumer warpgroup; the other ``NUM_WG - 1`` and
     the producer warp are worker partitions). One CTA per (NUM_WG * BLOCK_M_WG query rows,
@@ -875,7 +914,8 @@ def _xrt_attn_fwd_hopper(
     four on the FMA pipe. ``P_F32``:
     P carried between blocks in float32 (:func:`_consumer_blocks`; fp8 needs it). ``LAZY``:
     a row's running max moves only by more than :data:`LAZY_T` (fp8: :data:`LAZY_T_FP8`), and
-    O's rescale is skipped where it stayed (:func:`_rescale`)."""
+    O's rescale is skipped where it stayed (:func:`_rescale`). ``ONE_GEMM``: a consumer
+    warpgroup has one GEMM in flight at a time (:func:`_consumer_blocks`)."""
     gl.static_assert(not ((PERSISTENT or LPT) and VARLEN), "packed batches run on a 2-D grid")
     gl.static_assert(not (PERSISTENT and LPT), "persistent or one CTA per item, not both")
     gl.static_assert(Q_BUFFERS == 1 or PERSISTENT, "two query buffers need a persistent loop")
@@ -939,7 +979,7 @@ def _xrt_attn_fwd_hopper(
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY,
+                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
@@ -947,7 +987,7 @@ def _xrt_attn_fwd_hopper(
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY,
+                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM,
                 )),
                 (_producer, (
                     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,
@@ -969,7 +1009,7 @@ def _xrt_attn_fwd_hopper(
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY,
+                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
@@ -977,7 +1017,7 @@ def _xrt_attn_fwd_hopper(
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY,
+                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
@@ -985,7 +1025,7 @@ def _xrt_attn_fwd_hopper(
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 2, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY,
+                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM,
                 )),
                 (_producer, (
                     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,

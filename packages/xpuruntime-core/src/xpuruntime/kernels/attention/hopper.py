@@ -30,7 +30,14 @@ GEMMs, ping-pong; ``np``: they issue freely). The optional flags, in this order:
   warpgroup keeps 24), so two CTAs' warps share the SM and one CTA's start and end (first
   loads, output store) overlap the other's GEMMs; a persistent grid gets two CTAs per SM.
   Only key blocks of 64 fit those registers, and ptxas serialises their wgmma all the same
-  (C7512: the 104-register consumer is up to 8 short; docs/attention.md);
+  (C7512: with two GEMMs in flight the 104-register consumer is up to 8 short), unless
+  ``g1`` keeps one in flight;
+- ``g1``: a consumer warpgroup issues P_{j-1}·V_{j-1}, waits, then S_j = Q·K_jᵀ and waits,
+  instead of overlapping the two: with ``o2`` ptxas then pipelines each GEMM's k-steps (no
+  C7512, 0-36 bytes of spills against 56-64), and the other CTA's warpgroups overlap this
+  one's softmax. Measured in an equivalent form on an H200 (``po2``, head size 64 causal,
+  kernels alone): 0.92 → 1.01x cuDNN at 2048 keys, 0.91 → 1.05x at 4096; the committed
+  form is compiled, not yet run on a GPU, and no default takes it (docs/attention.md);
 - ``r``: lazy rescaling (FlashAttention-4's): a row's running max moves only when a block's
   max exceeds it by more than 2**8 (2**4 in fp8), so the output accumulator's rescale, one
   multiply per element a key block, is skipped by the threads whose rows did not move
@@ -111,6 +118,8 @@ class Variant:
     q_buffers: int = 1
     #: The running max moves only by more than a threshold (``r``).
     lazy: bool = False
+    #: A consumer warpgroup has one GEMM in flight at a time (``g1``).
+    one_gemm: bool = False
 
     def __post_init__(self) -> None:
         if self.q_buffers not in (1, 2) or (self.q_buffers == 2 and not self.persistent):
@@ -169,6 +178,7 @@ class Variant:
             + ("q2" if self.q_buffers == 2 else "")
             + ("e4" if self.exp_emu else "")
             + ("o2" if self.ctas_per_sm == 2 else "")
+            + ("g1" if self.one_gemm else "")
             + ("r" if self.lazy else "")
         )
         return f"m{self.block_m_wg}n{self.block_n}s{self.num_stages}{schedule}" + (
@@ -191,7 +201,8 @@ class Variant:
 
 #: Candidates per head size (``--variants all`` of the scripts; the defaults are
 #: :data:`_DEFAULTS`'). All compile for sm_90a without spills but the ``o2`` ones, whose 80
-#: registers at launch spill 32-64 bytes (``po2r`` 44-104), and at head size 128
+#: registers at launch spill 32-64 bytes (``po2r`` 44-104) and serialise their wgmma (their
+#: ``g1`` twins: 0 bytes, ``po2g1`` 36 causal, pipelined), and at head size 128
 #: ``m64n128s2pp_pr``/``_pq2r``, 8-12 bytes stored and 20-28 loaded
 #: (``scripts/hopper_attention_compile.py``; measured faster than their twins without ``r``
 #: all the same). ``r`` is not offered with ``w3``: 160 registers spill 780-980 bytes.
@@ -201,6 +212,7 @@ _VARIANTS: dict[int, tuple[str, ...]] = {
         "m64n128s2pp_p", "m64n128s3pp_p", "m64n128s2pp_l", "m64n128s2pp_w3l",
         "m64n64s2np_po2", "m64n64s2np_po2r", "m64n64s3np_po2", "m64n64s2np_o2",
         "m64n64s2np_lo2", "m64n128s2pp_pq2", "m64n128s2pp_pq2r", "m64n128s2pp_pr",
+        "m64n64s2np_po2g1", "m64n64s2np_o2g1",
     ),
     128: (
         "m64n128s2pp", "m64n128s2np", "m64n64s3pp", "m64n128s3pp", "m64n128s2pp_p",
@@ -243,12 +255,12 @@ def variant_names(head_dim: int, *, fp8: bool = False) -> tuple[str, ...]:
 def parse_variant(name: str) -> Variant:
     """``m64n128s2pp_w3p`` -> Variant(64, 128, 2, pingpong=True, num_wg=3, persistent=True)."""
     match = re.fullmatch(
-        r"m(\d+)n(\d+)s(\d+)(pp|np)(?:_(?=.)(w3)?(p|l)?(q2)?(e4)?(o2)?(r)?)?", name.strip()
+        r"m(\d+)n(\d+)s(\d+)(pp|np)(?:_(?=.)(w3)?(p|l)?(q2)?(e4)?(o2)?(g1)?(r)?)?", name.strip()
     )
     if match is None:
         raise InvalidArgumentError(
             f"hopper attention variant {name!r} is not of the form "
-            "m<rows>n<keys>s<stages>pp|np[_[w3][p|l][q2][e4][o2][r]]"
+            "m<rows>n<keys>s<stages>pp|np[_[w3][p|l][q2][e4][o2][g1][r]]"
         )
     rows, keys, stages = (int(match.group(i)) for i in (1, 2, 3))
     if rows not in (64, 128) or keys not in (64, 128, 192, 256) or stages not in (2, 3, 4):
@@ -267,7 +279,8 @@ def parse_variant(name: str) -> Variant:
         q_buffers=2 if match.group(7) else 1,
         exp_emu=bool(match.group(8)),
         ctas_per_sm=2 if match.group(9) else 1,
-        lazy=bool(match.group(10)),
+        one_gemm=bool(match.group(10)),
+        lazy=bool(match.group(11)),
     )
 
 
@@ -706,6 +719,7 @@ def kernel_constants(
         "EXP_EMU": config.exp_emu,
         "P_F32": k_scale_block is not None,
         "LAZY": config.lazy,
+        "ONE_GEMM": config.one_gemm,
         "K_SCALE_BLOCK": k_scale_block if k_scale_block is not None else config.block_n,
     }
 
