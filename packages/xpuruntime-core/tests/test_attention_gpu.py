@@ -454,6 +454,41 @@ def test_hopper_forward_lazy_rescale_where_some_rows_maxima_grow_and_others_stay
 
 
 @needs_sm90
+@pytest.mark.parametrize(
+    ("dim", "pairs"),
+    [
+        (64, [("m64n64s2np_po2g1", "m64n64s2np_po2"), ("m64n64s2np_o2g1", "m64n64s2np_o2"),
+              ("m64n64s2np_po2g1r", "m64n64s2np_po2r")]),
+        (128, [("m64n64s3np_g1", "m64n64s3np"), ("m64n128s2pp_pg1", "m64n128s2pp_p")]),
+    ],
+    ids=["64", "128"],
+)  # fmt: skip
+def test_hopper_forward_one_gemm_in_flight_gives_its_twins_output_bit_for_bit(
+    dim: int, pairs: list[tuple[str, str]]
+) -> None:
+    """``g1`` changes when each GEMM is issued and waited for, not what is computed (O is
+    rescaled before P_{j-1} V_{j-1} as without it): the outputs and log-sum-exps equal the
+    twin's to the bit, with two CTAs an SM, lazy rescaling, warpgroups that stop at their
+    own rows' last causal block (``m64n64s3np``), ping-pong turns held across both GEMMs,
+    and tiles with no unmasked block (100 keys) or fewer keys than queries."""
+    from xpuruntime.kernels.attention import hopper
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for seq_q, seq_k in ((100, 100), (1000, 1500), (1536, 520)):
+        q = torch.randn(2, 8, seq_q, dim, device="cuda", generator=gen).bfloat16()
+        k, v = (
+            torch.randn(2, 2, seq_k, dim, device="cuda", generator=gen).bfloat16() for _ in "kv"
+        )
+        for causal in (False, True):
+            for one_gemm, twin in pairs:
+                what = f"{one_gemm} {seq_q}x{seq_k} {'causal' if causal else 'full'}"
+                got = hopper.hopper_attention_forward(q, k, v, causal=causal, variant=one_gemm)
+                want = hopper.hopper_attention_forward(q, k, v, causal=causal, variant=twin)
+                assert torch.equal(got[0], want[0]), what
+                assert torch.equal(got[1], want[1]), what
+
+
+@needs_sm90
 def test_hopper_forward_in_bshd_layout_through_the_native_run_entry() -> None:
     from xpuruntime.runtime.native import core
 
