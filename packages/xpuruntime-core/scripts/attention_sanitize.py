@@ -65,7 +65,7 @@ def hopper(
     heads: int, kv_heads: int, seq_q: int, seq_k: int, dim: int, causal: bool, only: list[str]
 ) -> None:
     """The Gluon Hopper forward (every variant of the head size, or those of ``only`` it
-    has) and backward."""
+    has, else its default) and backward."""
     from xpuruntime.kernels.attention import hopper_bwd
     from xpuruntime.kernels.attention.hopper import hopper_attention_forward, variant_names
 
@@ -73,14 +73,17 @@ def hopper(
     k, v = (
         torch.randn(2, kv_heads, seq_k, dim, device="cuda", dtype=torch.bfloat16) for _ in range(2)
     )
-    for name in [n for n in variant_names(dim) if not only or n in only]:
+    # None (the head size's default) where ``only`` names none of this head size's variants:
+    # the backward below still needs a forward's output.
+    chosen = [n for n in variant_names(dim) if not only or n in only]
+    for name in chosen or [None]:
         # Twice: the first call goes through Triton's JIT, the second repeats it through the
         # compiled kernel it kept (hopper._Repeat: its launch laid out once, gluon_launch.Bound)
         # on copies at other addresses, so both launch paths run under the sanitizer.
         first, _ = hopper_attention_forward(q, k, v, causal=causal, variant=name)
         copies = (q.clone(), k.clone(), v.clone())
         out, lse = hopper_attention_forward(*copies, causal=causal, variant=name)
-        assert torch.equal(first, out), name
+        assert torch.equal(first, out), name or "default"
     grad_out = torch.randn_like(out)
     # Both backward paths the automatic choice can take: the head size's default (fused,
     # float32 atomics on dQ, or the deterministic kernels) and the deterministic kernels.
