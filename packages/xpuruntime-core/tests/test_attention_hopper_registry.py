@@ -330,11 +330,11 @@ def test_one_gemm_in_flight_is_a_flag_of_its_own_that_the_kernel_receives() -> N
 
 
 def test_forward_default_follows_head_size_mask_and_length(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Key blocks of 64 without ping-pong on the shortest causal sequences (two CTAs an SM
-    at head size 64), persistent variants on short sequences and causal ones (at head size
-    64 below 8192 keys), with two query buffers on the shortest, three consumer warpgroups
-    on longer ones at head size 64; a given name, then the environment, come before the
-    defaults, and the reason says which."""
+    """Key blocks of 64 without ping-pong at head size 64 causal below 8192 keys (persistent,
+    two CTAs an SM, one GEMM in flight), on the shortest causal ones at 128 (three stages);
+    persistent variants on short sequences and causal ones at 128, with two query buffers on
+    the shortest, three consumer warpgroups on longer ones at head size 64; a given name,
+    then the environment, come before the defaults, and the reason says which."""
     from xpuruntime.kernels.attention import hopper
 
     monkeypatch.delenv(hopper.VARIANT_ENV, raising=False)
@@ -345,10 +345,9 @@ def test_forward_default_follows_head_size_mask_and_length(monkeypatch: pytest.M
     assert name(64, False, 512) == "m64n128s2pp_pq2"
     assert name(64, False, 1024) == "m64n128s2pp_p"
     assert name(64, False, 2048) == "m64n128s2pp_w3"
-    assert name(64, True, 1024) == "m64n64s2np_po2"
-    assert name(64, True, 2048) == "m64n64s2np_po2"
-    assert name(64, True, 4095) == "m64n64s2np_po2"
-    assert name(64, True, 4096) == "m64n128s2pp_p"
+    assert name(64, True, 512) == "m64n64s2np_po2g1"
+    assert name(64, True, 4096) == "m64n64s2np_po2g1"
+    assert name(64, True, 8191) == "m64n64s2np_po2g1"
     assert name(64, True, 8192) == "m64n128s2pp_w3l"
     assert name(128, False, 1024) == "m64n128s2pp_pq2"
     assert name(128, False, 2048) == "m64n128s2pp_p"
@@ -368,11 +367,11 @@ def test_forward_default_follows_head_size_mask_and_length(monkeypatch: pytest.M
     )
     # Packed sequences run on the 2-D grid: the 2-D defaults, by the longest key length.
     assert hopper._variant(64, None, False, 1024, packed=True) == (
-        hopper.parse_variant("m64n64s2np_o2"),
+        hopper.parse_variant("m64n64s2np_o2g1"),
         "the default at head size 64, full, packed sequences of up to 1024 keys",
     )
     assert hopper._variant(64, None, False, 2048, packed=True)[0].name == "m64n128s2pp_w3"
-    assert hopper._variant(64, None, True, 2048, packed=True)[0].name == "m64n64s2np_o2"
+    assert hopper._variant(64, None, True, 2048, packed=True)[0].name == "m64n64s2np_o2g1"
     assert hopper._variant(64, None, True, 4096, packed=True)[0].name == "m64n128s2pp"
     assert hopper._variant(64, None, True, 8192, packed=True)[0].name == "m64n128s2pp_w3"
     assert hopper._variant(128, None, True, 512, packed=True)[0].name == "m64n64s3np"

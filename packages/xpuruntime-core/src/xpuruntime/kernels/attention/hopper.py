@@ -35,9 +35,9 @@ GEMMs, ping-pong; ``np``: they issue freely). The optional flags, in this order:
 - ``g1``: a consumer warpgroup issues P_{j-1}·V_{j-1}, waits, then S_j = Q·K_jᵀ and waits,
   instead of overlapping the two: with ``o2`` ptxas then pipelines each GEMM's k-steps (no
   C7512, 0-36 bytes of spills against 56-64), and the other CTA's warpgroups overlap this
-  one's softmax. Measured in an equivalent form on an H200 (``po2``, head size 64 causal,
-  kernels alone): 0.92 → 1.01x cuDNN at 2048 keys, 0.91 → 1.05x at 4096; the committed
-  form is compiled, not yet run on a GPU, and no default takes it (docs/attention.md);
+  one's softmax. On an H200, head size 64 causal, kernels alone: ``po2`` 0.94 / 0.96 /
+  0.91x cuDNN at 1024 / 2048 / 4096 keys, ``po2g1`` 1.01 / 1.02 / 1.01x, the same output to
+  the bit; the ``o2`` defaults take it (:data:`_DEFAULTS`, docs/attention.md);
 - ``r``: lazy rescaling (FlashAttention-4's): a row's running max moves only when a block's
   max exceeds it by more than 2**8 (2**4 in fp8), so the output accumulator's rescale, one
   multiply per element a key block, is skipped by the threads whose rows did not move
@@ -292,12 +292,13 @@ _NO_LIMIT = 1 << 62
 #: the persistent loop overlaps them with the next item's, and on causal ones up to 8192 keys
 #: at head size 64 and at every length at 128; three consumer warpgroups (192 query rows a
 #: CTA) win from 2048 keys at head size 64 (full), from 8192 causal with one CTA per item.
-#: Shorter still, key blocks of 64 without ping-pong win, where each consumer warpgroup
-#: stops at its own rows' last causal block: at head size 64 with two CTAs an SM (``o2``;
-#: 0.93-0.95x cuDNN against 0.63-0.91x, causal below 4096 keys, full below 1024; at 2048
-#: causal keys 0.93 and 0.94x against ``_p``'s 0.91 and 0.89x in two runs, at 4096 0.91x
-#: against 0.98x), at 128 causal below 1024 with three ring stages (0.89x against 0.79x at
-#: 512). Below 1024 keys (2048 at head size 128 full) two query buffers (``q2``) let the
+#: Key blocks of 64 without ping-pong win where each consumer warpgroup stops at its own
+#: rows' last causal block: at head size 64 causal below 8192 keys with two CTAs an SM and
+#: one GEMM in flight a warpgroup (``po2g1``, kernels alone on an H200: 1.01 / 1.01 / 1.02 /
+#: 1.01 / 0.99-1.00x cuDNN at 512 / 1024 / 2048 / 4096 / 8192 keys against ``po2``'s 0.94 /
+#: 0.94 / 0.96 / 0.91 / 0.91x and ``_p``'s 0.82 / 0.91 / 0.96 / 1.01x from 1024; from 8192
+#: ``_w3l`` 1.06x), at 128 causal below 1024 with three ring stages (0.89x against 0.79x
+#: at 512). Below 1024 keys (2048 at head size 128 full) two query buffers (``q2``) let the
 #: next item's loads start before this item's last Q·Kᵀ: at 512 keys, in three runs on two
 #: H200s, head size 128 causal 0.93x against 0.89x, full 0.93-0.94x against 0.91-0.92x, head
 #: size 64 full ``m64n128s2pp_pq2`` 0.95-1.00x against ``po2``'s 0.90-0.94x; from 2048 keys
@@ -314,7 +315,7 @@ _DEFAULTS: dict[tuple[int, bool], tuple[tuple[int, str], ...]] = {
         (1024, "m64n128s2pp_pq2"), (2048, "m64n128s2pp_p"), (_NO_LIMIT, "m64n128s2pp_w3"),
     ),
     (64, True): (
-        (4096, "m64n64s2np_po2"), (8192, "m64n128s2pp_p"), (_NO_LIMIT, "m64n128s2pp_w3l"),
+        (8192, "m64n64s2np_po2g1"), (_NO_LIMIT, "m64n128s2pp_w3l"),
     ),
     (128, False): (
         (2048, "m64n128s2pp_pq2"), (16384, "m64n128s2pp_p"), (_NO_LIMIT, "m64n128s2pp"),
@@ -331,11 +332,15 @@ _DEFAULTS: dict[tuple[int, bool], tuple[tuple[int, str], ...]] = {
 #: 16k tokens of lengths 0.5-1.5x a mean of 512, 1024, 2048: at head size 64, two CTAs an
 #: SM were 4-25 % faster causal up to a longest sequence of 2846 keys and full up to 1522,
 #: slower full at 2846; at 128 three stages were 4-10 % faster causal up to 1384, slower
-#: from 2986 and on full attention).
+#: from 2986 and on full attention). With one GEMM in flight (``o2g1``, the same output to
+#: the bit) the head-size-64 ones took 6-27 % less time than ``o2`` (twenty-third stop:
+#: causal 0.184 / 0.271 / 0.426 ms against 0.253 / 0.297 / 0.466 and ``m64n128s2pp``'s
+#: 0.300 / 0.381 / 0.507; full 0.247 / 0.428 ms against 0.263 / 0.455 up to 1522 keys, and
+#: at 2846 0.755 against ``_w3``'s 0.732).
 _PACKED_DEFAULTS: dict[tuple[int, bool], tuple[tuple[int, str], ...]] = {
-    (64, False): ((2048, "m64n64s2np_o2"), (_NO_LIMIT, "m64n128s2pp_w3")),
+    (64, False): ((2048, "m64n64s2np_o2g1"), (_NO_LIMIT, "m64n128s2pp_w3")),
     (64, True): (
-        (4096, "m64n64s2np_o2"), (8192, "m64n128s2pp"), (_NO_LIMIT, "m64n128s2pp_w3"),
+        (4096, "m64n64s2np_o2g1"), (8192, "m64n128s2pp"), (_NO_LIMIT, "m64n128s2pp_w3"),
     ),
     (128, False): ((_NO_LIMIT, "m64n128s2pp"),),
     (128, True): ((2048, "m64n64s3np"), (_NO_LIMIT, "m64n128s2pp")),
