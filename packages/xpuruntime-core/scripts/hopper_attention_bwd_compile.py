@@ -88,6 +88,7 @@ def compile_one(
         constexprs = {"HEAD_DIM": head_dim, "BLOCK_M": m, "NUM_STAGES": variant.stages}
         constexprs |= {"CAUSAL": causal, "SPLIT_COLS": variant.split_cols, **regs}
         constexprs |= {"DQ_TMA": variant.tma_dq, "LPT": variant.lpt, "OVERLAP": variant.overlap}
+        constexprs |= {"DQ_WRITER": variant.dq_writer}
         tag = variant.name
     elif kernel == "convert":  # the fused path's float32 dQ to dQ
         fn = kernels._xrt_attn_bwd_dq_convert_hopper

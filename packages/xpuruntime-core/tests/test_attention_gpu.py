@@ -52,9 +52,8 @@ FLOOR = {torch.float16: 2**-12, torch.bfloat16: 2**-9}
 #: How the Gluon Hopper backward's default detail begins per head size (at head size 128,
 #: causal calls add how the work is ordered).
 _HOPPER_DEFAULT_BACKWARD = {
-    64: "backward: gluon hopper backward (fused dK/dV/dQ, fp32 atomic dQ; nondeterministic",
-    128: "backward: gluon hopper backward (dK/dV + dQ kernels, deterministic: the default at "
-    "this head size, measured faster than the fused kernel",
+    dim: "backward: gluon hopper backward (fused dK/dV/dQ, fp32 atomic dQ; nondeterministic"
+    for dim in (64, 128)
 }
 
 
@@ -318,7 +317,9 @@ def test_hopper_backward_longest_first_grids_give_the_2d_grids_gradients(
 
 
 @needs_sm90
-@pytest.mark.parametrize("variant", ["m64s2on64s2", "m64s3on64s3_l", "fm64s2cto"])
+@pytest.mark.parametrize(
+    "variant", ["m64s2on64s2", "m64s3on64s3_l", "fm64s2cto", "fm64s2cw", "fm64s3cw_l"]
+)
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
 @pytest.mark.parametrize(
     ("kv_heads", "seq_q", "seq_k", "dim"),
@@ -339,7 +340,8 @@ def test_hopper_backward_overlapped_steps_give_the_same_gradients(
     """The overlapped steps (``o``: each issues the next one's Sᵀ GEMM behind its last) run
     the same GEMMs on the same tiles as the plain steps, in the same order of accumulation:
     the gradients are bitwise equal (the fused kernel's dQ up to the order of its float32
-    additions)."""
+    additions). So do the fused kernel's steps with a dQ writer warp (``w``, FlashAttention-3's
+    order, one warpgroup meeting a step; on 2-D and on 1-D grids) against ``t``'s."""
     from xpuruntime.kernels.attention import hopper_bwd
 
     gen = torch.Generator(device="cuda").manual_seed(11)
@@ -352,7 +354,8 @@ def test_hopper_backward_overlapped_steps_give_the_same_gradients(
     out, lse = ops.attention(
         q, k, v, causal=causal, layout="bhsd", return_lse=True, policy=HOPPER_PIN
     )
-    plain = {"fm64s2cto": "fm64s2ct", "m64s3on64s3_l": "m64s2n64s2_l"}.get(variant, "m64s2n64s2")
+    plain = {"m64s3on64s3_l": "m64s2n64s2_l"}.get(variant, "m64s2n64s2")
+    plain = "fm64s2ct" if variant.startswith("f") else plain
     grads = [
         hopper_bwd.hopper_attention_backward(do, q, k, v, out, lse, causal=causal, variant=name)
         for name in (plain, variant)

@@ -201,6 +201,9 @@ def test_the_causal_defaults_run_longest_first_and_say_so(monkeypatch: pytest.Mo
             assert origin == "default"
         _, plan = launch.hopper_backward_plan(q, causal=causal, layout="bhsd")
         assert plan.endswith(LONGEST_FIRST) == causal
+        # The defaults at head size 128 are the fused kernel's (with its dQ writer warp).
+        assert plan.startswith(FUSED[:-1]), plan
+        assert hopper_bwd.choose_variant(128, causal=causal, deterministic=False)[0].dq_writer
     # A named variant without _l runs 2-D grids, causal or not, and the detail names it.
     monkeypatch.setenv(hopper_bwd.VARIANT_ENV, "m64s2n64s2")
     assert not hopper_bwd.choose_variant(128, causal=True, deterministic=False)[0].lpt
@@ -392,5 +395,6 @@ def test_variant_names_round_trip() -> None:
         assert isinstance(hopper_bwd.parse_variant(names[0]), hopper_bwd.FusedVariant)
         for name in names:
             assert hopper_bwd.parse_variant(name).name == name
-    with pytest.raises(InvalidArgumentError, match="t \\(dQ by the copy engine\\) only with c"):
-        hopper_bwd.parse_variant("fm64s2kt")
+    for name in ("fm64s2kt", "fm64s2kw"):
+        with pytest.raises(InvalidArgumentError, match="t or w \\(dQ by the copy engine"):
+            hopper_bwd.parse_variant(name)

@@ -31,6 +31,11 @@ def test_variant_names_round_trip() -> None:
     fused = hopper_bwd.parse_variant("fm64s2cto_l")
     assert (fused.tma_dq, fused.overlap, fused.lpt) == (True, True, True)
     assert fused.name == "fm64s2cto_l"
+    # ``w``: dQ by the copy engine, its reduce-adds issued by a writer warp.
+    fused = hopper_bwd.parse_variant("fm64s2cw_l")
+    assert (fused.tma_dq, fused.dq_writer, fused.overlap, fused.lpt) == (True, True, False, True)
+    assert fused.name == "fm64s2cw_l"
+    assert not hopper_bwd.parse_variant("fm64s2cto").dq_writer
 
 
 @pytest.mark.parametrize(
@@ -45,6 +50,8 @@ def test_variant_names_round_trip() -> None:
         "m64s2n64s2o",
         "fm64s2co",
         "fm64s2cot",
+        "fm64s2cwo",
+        "fm64s2ctw",
     ],
 )
 def test_bad_variant_names_are_refused(name: str) -> None:

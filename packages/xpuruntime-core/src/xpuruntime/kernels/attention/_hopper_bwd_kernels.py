@@ -750,10 +750,11 @@ def _red_add(ptrs, values):
 @gluon.jit
 def _fused_step(
     it, m, dq_block, dq_row, dq_desc, dq_smem, k, v, k_smem, q_smem, do_smem, lse_smem,
-    delta_smem, ds_smem, q_ready, do_ready, empty, ds_ready, ds_free, dk, dv, s, s_init,
-    dq_init, row0, qk_scale, scale, n_total,
+    delta_smem, ds_smem, q_ready, do_ready, empty, ds_ready, ds_free, dq_full, dq_empty, dk, dv,
+    s, s_init, dq_init, row0, qk_scale, scale, n_total,
     WG: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
     SPLIT_COLS: gl.constexpr, DQ_TMA: gl.constexpr, OVERLAP: gl.constexpr,
+    DQ_WRITER: gl.constexpr,
 ):  # fmt: skip
     """:func:`_dkdv_step`, plus this query block's dQ contribution: dSᵀ goes to shared
     memory (the MN-major A operand of dS K) and the float32 product is added with vector
@@ -784,6 +785,12 @@ def _fused_step(
             keep = gl.expand_dims(cols, 0) >= gl.expand_dims(keys, 1)
             qk = gl.where(keep, qk, float("-inf"))
     p = gl.exp2(qk - gl.expand_dims(lse2, 0))
+    if DQ_WRITER:
+        return _fused_step_writer(
+            it, p, dp_tok, do, q, k_smem, delta_smem, ds_smem, ds_ready, dq_smem,
+            dq_full, dq_empty, empty, dk, dv, s, dq_init, scale, cols_layout, a_layout, WG,
+            BLOCK_M, NUM_STAGES,
+        )  # fmt: skip
     # Unlike _dkdv_step, dV's GEMM waits for dPᵀ: Pᵀ in float32 dies before its 16-bit copy
     # is made, and the dQ product's registers fit (issued first, the loop spills at 128).
     delta = _row(delta_smem.index(slot), BLOCK_M, cols_layout)
@@ -879,13 +886,102 @@ def _fused_step(
 
 
 @gluon.jit
+def _fused_step_writer(
+    it, p, dp_tok, do, q, k_smem, delta_smem, ds_smem, ds_ready, dq_smem, dq_full,
+    dq_empty, empty, dk, dv, s, dq_init, scale, cols_layout: gl.constexpr,
+    a_layout: gl.constexpr,
+    WG: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
+):  # fmt: skip
+    """The rest of a :func:`_fused_step` whose dQ products a writer warp adds
+    (:func:`_dq_writer`), in FlashAttention-3's order: dSᵀ to shared memory, dV issued, the
+    two warpgroups meet, both halves of this warpgroup's dQ columns issued, dK issued behind
+    them; once the dQ products are done (dV with them) they are staged for the writer, and
+    the step ends when dK is. Returns (dk, dv, s)."""
+    slot = it % NUM_STAGES
+    delta = _row(delta_smem.index(slot), BLOCK_M, cols_layout)
+    dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok,))
+    ds = (p * (dp * scale - gl.expand_dims(delta, 0))).to(q.dtype)
+    p_a = gl.convert_layout(p.to(q.dtype), a_layout)
+    # No ds_free here: a warpgroup rewrites this buffer two steps on, after the meeting of
+    # the next step, which the other warpgroup reaches only once this step's dQ GEMMs (the
+    # buffer's readers) are done (FlashAttention-3's argument for one barrier a step).
+    buf = it % 2
+    use = (it // 2) & 1
+    tile = ds_smem.index(buf)
+    tile.slice(WG * WG_ROWS, WG_ROWS).store(ds)
+    dv_tok = warpgroup_mma(p_a, do, dv, is_async=True)
+    fence_async_shared()
+    _release(ds_ready.index(buf))
+    mbarrier.wait(ds_ready.index(buf), use)
+    lo = tile.slice(0, WG_ROWS).permute((1, 0))
+    hi = tile.slice(WG_ROWS, WG_ROWS).permute((1, 0))
+    # This warpgroup's half of K's columns, in 32-column products (one [64, 32] float32 TMA
+    # box each, 128-byte swizzled).
+    HALF: gl.constexpr = k_smem.shape[2] // 2
+    CHUNKS: gl.constexpr = HALF // 32
+    c0: gl.constexpr = WG * HALF
+    t0 = warpgroup_mma(
+        lo, k_smem.index(0).slice(c0, 32, dim=1), dq_init, use_acc=False, is_async=True
+    )
+    t0 = warpgroup_mma(hi, k_smem.index(1).slice(c0, 32, dim=1), t0, is_async=True)
+    if CHUNKS == 2:
+        t1 = warpgroup_mma(
+            lo, k_smem.index(0).slice(c0 + 32, 32, dim=1), dq_init, use_acc=False, is_async=True
+        )
+        t1 = warpgroup_mma(hi, k_smem.index(1).slice(c0 + 32, 32, dim=1), t1, is_async=True)
+    ds_a = gl.convert_layout(ds, a_layout)
+    dk_tok = warpgroup_mma(ds_a, q, dk, is_async=True)
+    # The writer has read this warpgroup's staging tiles of the step before (a fresh
+    # barrier counts as having completed the phase of parity 1: the first pass is free).
+    own: gl.constexpr = WG * CHUNKS
+    if CHUNKS == 2:
+        dv, dq0, dq1 = warpgroup_mma_wait(num_outstanding=1, deps=(dv_tok, t0, t1))
+        mbarrier.wait(dq_empty.index(WG), (it & 1) ^ 1)
+        dq_smem.index(own).store(dq0)
+        dq_smem.index(own + 1).store(dq1)
+    else:
+        dv, dq0 = warpgroup_mma_wait(num_outstanding=1, deps=(dv_tok, t0))
+        mbarrier.wait(dq_empty.index(WG), (it & 1) ^ 1)
+        dq_smem.index(own).store(dq0)
+    fence_async_shared()
+    _release(dq_full.index(WG))
+    dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk_tok,))
+    _release(empty.index(slot))
+    return dk, dv, s
+
+
+@gluon.jit
+def _dq_writer(
+    dq_desc, dq_smem, dq_full, dq_empty, bh, group, m_lo, n_m, seqlen_pad,
+    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, DQ_WRITER: gl.constexpr,
+):  # fmt: skip
+    """The writer warp of ``DQ_WRITER``: for every step, in the consumers' order, each
+    warpgroup's staged dQ products are added into the accumulator by the copy engine, and
+    the warpgroup is told once they have been read (so the consumers never wait for the
+    reduce-add themselves). Without ``DQ_WRITER`` it has no step."""
+    CHUNKS: gl.constexpr = HEAD_DIM // 64
+    head_row = bh * group * seqlen_pad
+    n_iter = n_m - m_lo
+    for it in range(group * n_iter if DQ_WRITER else 0):
+        row = head_row + (it // n_iter) * seqlen_pad + (m_lo + it % n_iter) * BLOCK_M
+        for w in gl.static_range(2):
+            mbarrier.wait(dq_full.index(w), it & 1)
+            for c in gl.static_range(CHUNKS):
+                _tma_reduce_add(
+                    dq_desc, [row, w * (HEAD_DIM // 2) + c * 32], dq_smem.index(w * CHUNKS + c)
+                )
+            tma.store_wait(pendings=0)
+            mbarrier.arrive(dq_empty.index(w), count=1)
+
+
+@gluon.jit
 def _fused_consumer(
     k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, kv_bars, q_ready,
-    do_ready, empty, ds_ready, ds_free, dk_desc, dv_desc, DQ_ACC, dq_desc, dq_smem,
-    seqlen_pad, num_kv_heads, bh, start_n, group, m_lo, n_m, qk_scale, scale,
+    do_ready, empty, ds_ready, ds_free, dq_full, dq_empty, dk_desc, dv_desc, DQ_ACC, dq_desc,
+    dq_smem, seqlen_pad, num_kv_heads, bh, start_n, group, m_lo, n_m, qk_scale, scale,
     WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, SPLIT_COLS: gl.constexpr,
-    DQ_TMA: gl.constexpr, OVERLAP: gl.constexpr,
+    DQ_TMA: gl.constexpr, OVERLAP: gl.constexpr, DQ_WRITER: gl.constexpr,
 ):  # fmt: skip
     """Consumer warpgroup ``WG``: dK and dV of key rows ``start_n + WG * 64`` to ``+ 64``,
     and their share of every query block's dQ (see :func:`_fused_step`)."""
@@ -921,8 +1017,9 @@ def _fused_consumer(
         dk, dv, s = _fused_step(
             it, m, dq_head + rows.to(gl.int64) * HEAD_DIM, head_row + rows, dq_desc, dq_smem,
             k, v, k_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, q_ready, do_ready,
-            empty, ds_ready, ds_free, dk, dv, s, s_init, dq_init, row0, qk_scale, scale, n_total,
-            WG, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, DQ_TMA, OVERLAP,
+            empty, ds_ready, ds_free, dq_full, dq_empty, dk, dv, s, s_init, dq_init, row0,
+            qk_scale, scale, n_total, WG, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, DQ_TMA,
+            OVERLAP, DQ_WRITER,
         )  # fmt: skip
     b = bh // num_kv_heads
     kv_h = bh % num_kv_heads
@@ -935,8 +1032,13 @@ def _fused_consumer(
         # their dQ GEMMs have completed; this is the wait a step two further on would make
         # before rewriting that dS buffer (_fused_step: parity use ^ 1 of that step).
         if n_total > 0:
-            last = n_total - 1
-            mbarrier.wait(ds_free.index(last % 2), (last // 2) & 1)
+            if DQ_WRITER:
+                # No ds_free: one more meeting on the dS barriers, past both last steps.
+                _release(ds_ready.index(n_total % 2))
+                mbarrier.wait(ds_ready.index(n_total % 2), (n_total // 2) & 1)
+            else:
+                last = n_total - 1
+                mbarrier.wait(ds_free.index(last % 2), (last // 2) & 1)
     k.store(dk.to(dtype))
     fence_async_shared()
     tma.async_copy_shared_to_global(dk_desc, [b, kv_h, row0, 0], _box(k, dk_desc))
@@ -951,6 +1053,7 @@ def _xrt_attn_bwd_fused_hopper(
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
     CAUSAL: gl.constexpr, SPLIT_COLS: gl.constexpr, DQ_TMA: gl.constexpr, LPT: gl.constexpr,
     OVERLAP: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    DQ_WRITER: gl.constexpr,
 ):  # fmt: skip
     """:func:`_xrt_attn_bwd_dkdv_hopper` (same grid, boxes and producer) that also adds each
     block's dQ = dS K (dS scaled) into ``DQ_ACC``: a zeroed float32 (batch x heads,
@@ -961,9 +1064,14 @@ def _xrt_attn_bwd_fused_hopper(
     and the copy engine's reduce-add (``dq_desc``: the accumulator as a 2-D float32
     (batch x heads x seqlen_pad, HEAD_DIM) tensor in [64, 32] boxes) instead of the
     consumers' own vector reductions. ``LPT``: the dK/dV kernel's 1-D grid. ``OVERLAP``
-    (with ``DQ_TMA``): each step issues the next one's Sᵀ behind its dQ GEMMs."""
+    (with ``DQ_TMA``): each step issues the next one's Sᵀ behind its dQ GEMMs.
+    ``DQ_WRITER`` (with ``DQ_TMA``, not with ``OVERLAP``): a fourth partition, one warp,
+    issues the reduce-adds (:func:`_dq_writer`), and the steps take FlashAttention-3's
+    order (:func:`_fused_step_writer`)."""
     gl.static_assert(SPLIT_COLS or not DQ_TMA)
     gl.static_assert(DQ_TMA or not OVERLAP)
+    gl.static_assert(DQ_TMA or not DQ_WRITER)
+    gl.static_assert(not (DQ_WRITER and OVERLAP))
     BLOCK_N: gl.constexpr = 2 * WG_ROWS
     gl.static_assert(BLOCK_N % BLOCK_M == 0)
     dtype: gl.constexpr = q_desc.dtype
@@ -1000,29 +1108,38 @@ def _xrt_attn_bwd_fused_hopper(
     empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bar_layout)
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
     ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    # DQ_WRITER: per consumer, its staged dQ products written / read by the writer.
+    dq_full = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    dq_empty = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
     for i in gl.static_range(2):
         mbarrier.init(kv_bars.index(i), count=1)
         mbarrier.init(ds_ready.index(i), count=2)
         mbarrier.init(ds_free.index(i), count=2)
+        mbarrier.init(dq_full.index(i), count=1)
+        mbarrier.init(dq_empty.index(i), count=1)
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(q_ready.index(i), count=1)
         mbarrier.init(do_ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)
 
+    # The writer's partition is there in every build (the partitions are a static list); it
+    # has nothing to do without DQ_WRITER (:func:`_dq_writer`).
     # fmt: off
     gl.warp_specialize(
         [
             (_fused_consumer, (
                 k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, kv_bars,
-                q_ready, do_ready, empty, ds_ready, ds_free, dk_desc, dv_desc, DQ_ACC, dq_desc,
-                dq_smem, seqlen_pad, num_kv_heads, bh, start_n, group, m_lo, n_m, qk_scale,
-                scale, 0, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, DQ_TMA, OVERLAP,
+                q_ready, do_ready, empty, ds_ready, ds_free, dq_full, dq_empty, dk_desc, dv_desc,
+                DQ_ACC, dq_desc, dq_smem, seqlen_pad, num_kv_heads, bh, start_n, group, m_lo,
+                n_m, qk_scale, scale, 0, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS,
+                DQ_TMA, OVERLAP, DQ_WRITER,
             )),
             (_fused_consumer, (
                 k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, kv_bars,
-                q_ready, do_ready, empty, ds_ready, ds_free, dk_desc, dv_desc, DQ_ACC, dq_desc,
-                dq_smem, seqlen_pad, num_kv_heads, bh, start_n, group, m_lo, n_m, qk_scale,
-                scale, 1, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS, DQ_TMA, OVERLAP,
+                q_ready, do_ready, empty, ds_ready, ds_free, dq_full, dq_empty, dk_desc, dv_desc,
+                DQ_ACC, dq_desc, dq_smem, seqlen_pad, num_kv_heads, bh, start_n, group, m_lo,
+                n_m, qk_scale, scale, 1, HEAD_DIM, BLOCK_M, NUM_STAGES, CAUSAL, SPLIT_COLS,
+                DQ_TMA, OVERLAP, DQ_WRITER,
             )),
             (_dkdv_producer, (
                 q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc,
@@ -1030,9 +1147,13 @@ def _xrt_attn_bwd_fused_hopper(
                 do_ready, empty, b, kv_h, start_n, num_kv_heads * group, group, m_lo, n_m,
                 0, 0, 0, BLOCK_M, NUM_STAGES,
             )),
+            (_dq_writer, (
+                dq_desc, dq_smem, dq_full, dq_empty, bh, group, m_lo, n_m, seqlen_pad,
+                HEAD_DIM, BLOCK_M, DQ_WRITER,
+            )),
         ],
-        [4, 1],
-        [CONSUMER_REGS, PRODUCER_REGS],
+        [4, 1, 1],
+        [CONSUMER_REGS, PRODUCER_REGS, PRODUCER_REGS],
     )
     # fmt: on
 

@@ -13,9 +13,8 @@ and lse · log2(e) into buffers padded to 128 query rows:
   grids.
 
 Which runs: the variant named (argument, else ``XPURUNTIME_HOPPER_ATTENTION_BWD_VARIANT``),
-else the default of the head size and mask, measured on an H200 (``_DEFAULT``: fused at head
-size 64, deterministic at 128, on 1-D longest-first grids at 128 causal, with overlapped
-steps on full attention);
+else the default of the head size and mask, measured on an H200 (``_DEFAULT``: the fused
+kernel with its dQ writer warp, on 1-D longest-first grids at head size 128 causal);
 ``deterministic=True`` (the launcher passes ``torch.are_deterministic_algorithms_enabled()``)
 replaces a fused choice by the deterministic default of the head size and mask
 (:func:`choose_variant`).
@@ -29,8 +28,11 @@ columns over all 128 keys (one atomic per element and key block), ``k`` when eac
 columns over its own 64 keys (two, but no cross-warpgroup barrier); ``t`` (with ``c``) stages
 dQ in shared memory for the copy engine's reduce-add (TMA) instead of the consumers' own
 vector reductions, and ``o`` (with ``t``) issues each step's successor's Sᵀ GEMM behind its
-(first) dQ GEMMs. Deterministic: ``m{query rows per dK/dV step}s{its ring stages}n{key rows
-per dQ step}s{its ring stages}``, with ``o`` after the dK/dV kernel's stages when each of
+(first) dQ GEMMs; ``w`` (with ``c``) stages it likewise for a writer warp that issues the
+reduce-adds, and the steps take FlashAttention-3's order (one meeting of the warpgroups a
+step, dV and dK issued around the dQ GEMMs). Deterministic: ``m{query rows per dK/dV
+step}s{its ring stages}n{key rows per dQ step}s{its ring stages}``, with ``o`` after the
+dK/dV kernel's stages when each of
 its steps issues the next step's Sᵀ GEMM behind its dK GEMM. A trailing ``_l`` launches the
 kernels on 1-D grids in L2 sections, each section's heads interleaved block by block with the
 longest blocks first (the first key blocks, the last query blocks when causal), so the
@@ -95,13 +97,16 @@ class FusedVariant:
     lpt: bool = False
     #: Each step issues the next step's Sᵀ GEMM behind its dQ GEMMs (``o``, with ``t``).
     overlap: bool = False
+    #: dQ by the copy engine, its reduce-adds issued by a writer warp (``w``, with ``c``).
+    dq_writer: bool = False
     consumer_regs: int = 240
     producer_regs: int = 24
 
     @property
     def name(self) -> str:
         split = "c" if self.split_cols else "k"
-        flags = ("t" if self.tma_dq else "") + ("o" if self.overlap else "")
+        dq = "w" if self.dq_writer else "t" if self.tma_dq else ""
+        flags = dq + ("o" if self.overlap else "")
         return f"fm{self.block_m}s{self.stages}{split}{flags}" + ("_l" if self.lpt else "")
 
 
@@ -130,38 +135,35 @@ class BwdVariant:
 #: Candidates per head size, each kind's full-attention default first (the causal defaults are
 #: :data:`_DEFAULT`'s; ``scripts/hopper_attention_bwd_compile.py``
 #: compiles them; 128-row steps spill on both head sizes and are left out, as are the fused
-#: ``k`` steps at head size 128; the fused ``t`` steps at head size 128 spill a few scalars
-#: in the second consumer's loop).
+#: ``k`` steps at head size 128; there the fused ``t`` steps spill 116-148 bytes, the ``w``
+#: steps 44-64: a few scalars reloaded a step, no accumulator).
 _FUSED: dict[int, tuple[str, ...]] = {
-    64: ("fm64s2cto", "fm64s2ct", "fm64s2c", "fm64s2ct_l"),
-    128: ("fm64s3ct", "fm64s3c"),
+    64: ("fm64s3cw", "fm64s2cw", "fm64s2cto", "fm64s2ct", "fm64s2c", "fm64s2ct_l"),
+    128: ("fm64s2cw", "fm64s2cw_l", "fm64s3ct", "fm64s3c"),
 }
 _DETERMINISTIC: dict[int, tuple[str, ...]] = {
     64: ("m64s3on64s3", "m64s2n64s2", "m64s2n128s2", "m64s3n64s3", "m64s2n64s2_l"),
     128: ("m64s3on64s3", "m64s2n64s2", "m64s2n128s2", "m64s3n64s3", "m64s2n64s2_l"),
 }
 #: What runs when neither a variant is named nor determinism asked for, by (head size,
-#: causal): the faster of the two kinds on an H200 (``scripts/hopper_attention_bwd_check.py
-#: --set grid``, S 2048-16384, bfloat16). Head size 64: the fused kernel with dQ by the copy
-#: engine, 1.04-1.18x the deterministic path's speed in every cell; head size 128: the
-#: deterministic path, 1.04-1.10x the fused kernel's in every cell but S 16384 full (a tie).
-#: The 1-D longest-first grids (``_l``) won at head size 128 causal only: 1.01-1.06x the 2-D
-#: grids' speed at S 2048-16384 (0.97/0.94/0.94/0.89x cuDNN against 0.91/0.91/0.91/0.88x),
-#: where full attention lost 0-3 % (its CTAs have equal work, and the 2-D order keeps a
-#: head's CTAs together in L2); at head size 64 causal they tied within 2 %, fused or not.
-#: The dK/dV kernel's overlapped steps (``o``) won on full attention: at head size 128
-#: ``m64s3on64s3`` ran 0.97/0.94/0.93/0.90x cuDNN against 0.91/0.90/0.89/0.87x for
-#: ``m64s2n64s2`` (in the same run the third stage alone gave 0.91/0.91/0.89/0.89x, the
-#: overlap alone 0.94/0.93/0.93/0.91x), and 1.02-1.06x the plain steps' speed at 64
-#: (deterministic path); with causal masking ``m64s3on64s3_l`` lost 3-4 % to
-#: ``m64s2n64s2_l`` and the 2-D grids tied, so the causal defaults keep the plain steps. The fused
-#: kernel's overlapped steps (``fm64s2cto``) at head size 64: 1.03-1.04x cuDNN on full
-#: attention against 0.96-0.99x (1.04-1.09x the plain steps' speed), a tie with causal masking.
+#: causal): the fused kernel with its writer warp (``w``) at both head sizes, measured on an
+#: H200 against cuDNN's backward in the same process (``scripts/hopper_attention_bwd_check.py
+#: --set grid --variants ...``, kernels alone, S 2048 / 4096 / 8192 / 16384, bfloat16):
+#: head size 128 full ``fm64s2cw`` 1.01 / 1.02 / 1.03 / 1.04x (``fm64s3cw`` 0.99-1.02x, the
+#: copy-engine steps without the writer ``fm64s3ct`` 0.83-0.85x, the deterministic
+#: ``m64s3on64s3`` 0.91-0.98x); causal ``fm64s2cw_l`` 1.04 / 1.06 / 1.04 / 1.01x (its 2-D
+#: grids 1.00-1.02x, ``m64s2n64s2_l`` 0.89-0.95x); head size 64 full ``fm64s3cw`` 1.04 /
+#: 1.01 / 1.02 / 1.08x (``fm64s2cw`` 1.00-1.07x, the former default ``fm64s2cto`` 0.99-1.08x);
+#: causal ``fm64s2cw`` 1.10 / 1.09 / 1.07 / 1.03x (``fm64s2ct`` 1.01-1.05x; the 1-D grids
+#: 1.02-1.08x). Before the writer warp, the fused kernel at head size 128 kept the tensor
+#: pipe busy half the time (116-148 bytes of spills, each consumer waiting for its own
+#: reduce-adds to read their staging tiles), and the deterministic path's 7 GEMMs a block
+#: pair won.
 _DEFAULT: dict[tuple[int, bool], str] = {
-    (64, False): "fm64s2cto",
-    (64, True): "fm64s2ct",
-    (128, False): "m64s3on64s3",
-    (128, True): "m64s2n64s2_l",
+    (64, False): "fm64s3cw",
+    (64, True): "fm64s2cw",
+    (128, False): "fm64s2cw",
+    (128, True): "fm64s2cw_l",
 }
 #: The deterministic path's default, by (head size, causal): what runs in a fused default's
 #: place under ``deterministic``.
@@ -190,28 +192,30 @@ def variant_names(head_dim: int) -> tuple[str, ...]:
 
 def parse_variant(name: str) -> FusedVariant | BwdVariant:
     """``fm64s2ct`` -> FusedVariant(64, 2, True, True); ``m64s2n64s2`` -> BwdVariant(64, 2, 64, 2)."""
-    fused = re.fullmatch(r"fm(\d+)s(\d+)([ck])(t?)(o?)(_l)?", name.strip())
+    fused = re.fullmatch(r"fm(\d+)s(\d+)([ck])([tw]?)(o?)(_l)?", name.strip())
     if fused is not None:
         rows, stages = int(fused.group(1)), int(fused.group(2))
-        split, tma_dq, overlap = fused.group(3) == "c", fused.group(4) == "t", fused.group(5) == "o"
-        if (
-            rows != 64
-            or stages not in (2, 3, 4)
-            or (tma_dq and not split)
-            or (overlap and not tma_dq)
-        ):
+        split, dq, overlap = fused.group(3) == "c", fused.group(4), fused.group(5) == "o"
+        if rows != 64 or stages not in (2, 3, 4) or (dq and not split) or (overlap and dq != "t"):
             raise InvalidArgumentError(
                 f"hopper attention backward variant {name!r}: fused steps of 64 rows, stages "
-                "2-4, t (dQ by the copy engine) only with c, o (overlapped steps) only with t"
+                "2-4, t or w (dQ by the copy engine, w: issued by a writer warp) only with c, "
+                "o (overlapped steps) only with t"
             )
         return FusedVariant(
-            rows, stages, split, tma_dq, lpt=fused.group(6) is not None, overlap=overlap
+            rows,
+            stages,
+            split,
+            tma_dq=dq != "",
+            lpt=fused.group(6) is not None,
+            overlap=overlap,
+            dq_writer=dq == "w",
         )
     match = re.fullmatch(r"m(\d+)s(\d+)(o?)n(\d+)s(\d+)(_l)?", name.strip())
     if match is None:
         raise InvalidArgumentError(
             f"hopper attention backward variant {name!r} is neither fused "
-            "(fm<query rows>s<stages><c|k>[t][o][_l]) nor deterministic "
+            "(fm<query rows>s<stages><c|k>[t|w][o][_l]) nor deterministic "
             "(m<query rows>s<stages>[o]n<key rows>s<stages>[_l])"
         )
     rows, row_stages, keys, key_stages = (int(match.group(i)) for i in (1, 2, 4, 5))
@@ -626,6 +630,7 @@ def _launch_fused(
         "OVERLAP": config.overlap,
         "CONSUMER_REGS": config.consumer_regs,
         "PRODUCER_REGS": config.producer_regs,
+        "DQ_WRITER": config.dq_writer,
     }
     gluon_launch.launch(_hopper_bwd_kernels._xrt_attn_bwd_fused_hopper, grid, args, constants)
 
