@@ -622,14 +622,19 @@ def test_hopper_launches_after_the_first_run_the_kept_kernel_and_call_launch_hoo
     assert hopper._REPEATS.keys() == repeats.keys()
     assert all(hopper._REPEATS[key] is repeat for key, repeat in repeats.items())
     names = {entry.kernel.name for entry in kept.values()}
-    assert {"_xrt_attn_fwd_hopper", "_xrt_attn_bwd_dkdv_hopper", "_xrt_attn_bwd_dq_hopper"} <= names
+    step_kernels = {
+        "_xrt_attn_fwd_hopper",
+        "_xrt_attn_bwd_prep_hopper",
+        "_xrt_attn_bwd_fused_hopper",  # the default backward at head size 128
+        "_xrt_attn_bwd_dq_convert_hopper",
+    }
+    assert step_kernels <= names, names
     import triton
 
     if triton.__version__.startswith("3.6."):  # the launcher layout gluon_launch._Direct reads
         slow = [entry.kernel.name for entry in kept.values() if entry.direct is None]
         assert not slow, f"kept kernels launched through CompiledKernel.run: {slow}"
-    for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), first, second, strict=True):
-        assert torch.equal(a, b), name  # the default backward at head size 128 is deterministic
+    _same_step(first, second)
 
     class Counting(gluon_launch.Kept):  # the kept kernel itself, counting its launches
         runs = 0
@@ -683,8 +688,19 @@ def test_hopper_launches_after_the_first_run_the_kept_kernel_and_call_launch_hoo
     finally:
         knobs.runtime.launch_enter_hook.remove(hook)
     assert seen[0] == "_xrt_attn_fwd_hopper"
-    assert "_xrt_attn_bwd_dq_hopper" in seen
-    assert all(torch.equal(a, b) for a, b in zip(first, third, strict=True))
+    assert "_xrt_attn_bwd_fused_hopper" in seen
+    _same_step(first, third)
+
+
+def _same_step(first: tuple[Any, ...], again: tuple[Any, ...]) -> None:
+    """Two runs of a forward-and-backward step on the same inputs give the same output,
+    log-sum-exp, dK and dV to the bit; dQ up to the order of the fused backward's float32
+    additions (the default at head sizes 64 and 128 adds them in arrival order)."""
+    for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), first, again, strict=True):
+        if name == "dq":
+            torch.testing.assert_close(a, b, atol=2e-2, rtol=1e-2, msg=name)
+        else:
+            assert torch.equal(a, b), name
 
 
 @needs_sm90
