@@ -33,9 +33,11 @@ deterministic results.
   pair orders the writes and the reads of two such tiles) and each multiplies all of it by
   half of K's columns; the float32 product goes either through shared memory to the copy
   engine's reduce-add into the accumulator (``DQ_TMA``, :func:`_tma_reduce_add`) or straight
-  from registers as ``red.global.add.v2.f32`` (:func:`_red_add`). The order of the additions
-  is not fixed: dQ is not bitwise reproducible. ``_xrt_attn_bwd_dq_convert_hopper`` converts
-  the accumulator into dQ.
+  from registers as ``red.global.add.v2.f32`` (:func:`_red_add`); with ``DQ_WRITER`` (the
+  defaults) a writer warp issues the copy engine's reduce-adds of the products the
+  consumers stage, and the steps take FlashAttention-3's order (:func:`_fused_step_writer`).
+  The order of the additions is not fixed: dQ is not bitwise reproducible.
+  ``_xrt_attn_bwd_dq_convert_hopper`` converts the accumulator into dQ.
 
 Numerics follow :mod:`._kernels`: ``qk_scale = scale * log2(e)``, the forward's natural-log
 log-sum-exp used as ``lse * log2(e)``, ``delta = rowsum(dO ∘ O)`` in float32, float32
@@ -761,7 +763,8 @@ def _fused_step(
     reductions (:func:`_red_add`) into ``dq_block``, this step's [BLOCK_M, HEAD_DIM] block of
     the accumulator. Returns (dk, dv, s); ``OVERLAP`` (with ``DQ_TMA``) as
     :func:`_dkdv_step`'s, the next step's Sᵀ issued behind this step's (first 32 columns'
-    of) dQ GEMMs."""
+    of) dQ GEMMs. ``DQ_WRITER``: past the probabilities the step is
+    :func:`_fused_step_writer`'s."""
     s_layout: gl.constexpr = s_init.type.layout
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dk.type.layout, k_width=2)
     cols_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
@@ -1122,8 +1125,8 @@ def _xrt_attn_bwd_fused_hopper(
         mbarrier.init(do_ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)
 
-    # The writer's partition is there in every build (the partitions are a static list); it
-    # has nothing to do without DQ_WRITER (:func:`_dq_writer`).
+    # The writer's partition is in every build's source (the partitions are a static list);
+    # without DQ_WRITER it has no step and compiles away (:func:`_dq_writer`).
     # fmt: off
     gl.warp_specialize(
         [

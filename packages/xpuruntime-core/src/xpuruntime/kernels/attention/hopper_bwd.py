@@ -152,7 +152,7 @@ _DETERMINISTIC: dict[int, tuple[str, ...]] = {
 #: head size 128 full ``fm64s2cw`` 1.01 / 1.02 / 1.03 / 1.04x (``fm64s3cw`` 0.99-1.02x, the
 #: copy-engine steps without the writer ``fm64s3ct`` 0.83-0.85x, the deterministic
 #: ``m64s3on64s3`` 0.91-0.98x); causal ``fm64s2cw_l`` 1.04 / 1.06 / 1.04 / 1.01x (its 2-D
-#: grids 1.00-1.02x, ``m64s2n64s2_l`` 0.89-0.95x); head size 64 full ``fm64s3cw`` 1.04 /
+#: grids 0.98-1.02x, ``m64s2n64s2_l`` 0.89-0.95x); head size 64 full ``fm64s3cw`` 1.04 /
 #: 1.01 / 1.02 / 1.08x (``fm64s2cw`` 1.00-1.07x, the former default ``fm64s2cto`` 0.99-1.08x);
 #: causal ``fm64s2cw`` 1.10 / 1.09 / 1.07 / 1.03x (``fm64s2ct`` 1.01-1.05x; the 1-D grids
 #: 1.02-1.08x). Before the writer warp, the fused kernel at head size 128 kept the tensor
@@ -424,8 +424,8 @@ def hopper_attention_backward(
         _launch_prep(out, grad_out, lse.contiguous(), lse2, delta, scale, packed)
         if isinstance(config, FusedVariant) and batch * heads * seqlen_pad >= 2**31:
             # The reduce-add's row coordinate is 32-bit: the vector reductions take over
-            # (without the overlapped steps, which are written for the reduce-add's).
-            config = dataclasses.replace(config, tma_dq=False, overlap=False)
+            # (without the overlapped steps or the writer warp, written for the reduce-add).
+            config = dataclasses.replace(config, tma_dq=False, overlap=False, dq_writer=False)
         if isinstance(config, FusedVariant):
             dq_acc = torch.zeros(
                 (batch * heads, seqlen_pad, head_dim), dtype=torch.float32, device=q.device
