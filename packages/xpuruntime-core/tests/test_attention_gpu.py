@@ -318,7 +318,8 @@ def test_hopper_backward_longest_first_grids_give_the_2d_grids_gradients(
 
 @needs_sm90
 @pytest.mark.parametrize(
-    "variant", ["m64s2on64s2", "m64s3on64s3_l", "fm64s2cto", "fm64s2cw", "fm64s3cw_l"]
+    "variant",
+    ["m64s2on64s2", "m64s3on64s3_l", "fm64s2cto", "fm64s2cw", "fm64s3cw_l", "fm64s3cwo"],
 )
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
 @pytest.mark.parametrize(
@@ -341,7 +342,8 @@ def test_hopper_backward_overlapped_steps_give_the_same_gradients(
     the same GEMMs on the same tiles as the plain steps, in the same order of accumulation:
     the gradients are bitwise equal (the fused kernel's dQ up to the order of its float32
     additions). So do the fused kernel's steps with a dQ writer warp (``w``, FlashAttention-3's
-    order, one warpgroup meeting a step; on 2-D and on 1-D grids) against ``t``'s."""
+    order, one warpgroup meeting a step; on 2-D and on 1-D grids, and overlapped: ``wo``)
+    against ``t``'s."""
     from xpuruntime.kernels.attention import hopper_bwd
 
     gen = torch.Generator(device="cuda").manual_seed(11)

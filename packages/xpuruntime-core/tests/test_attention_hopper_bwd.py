@@ -36,6 +36,10 @@ def test_variant_names_round_trip() -> None:
     assert (fused.tma_dq, fused.dq_writer, fused.overlap, fused.lpt) == (True, True, False, True)
     assert fused.name == "fm64s2cw_l"
     assert not hopper_bwd.parse_variant("fm64s2cto").dq_writer
+    # ``o`` with ``w``: the next step's Sᵀ behind the dK GEMM.
+    fused = hopper_bwd.parse_variant("fm64s3cwo")
+    assert (fused.dq_writer, fused.overlap, fused.lpt) == (True, True, False)
+    assert fused.name == "fm64s3cwo"
 
 
 @pytest.mark.parametrize(
@@ -50,8 +54,8 @@ def test_variant_names_round_trip() -> None:
         "m64s2n64s2o",
         "fm64s2co",
         "fm64s2cot",
-        "fm64s2cwo",
         "fm64s2ctw",
+        "fm64s2cwt",
     ],
 )
 def test_bad_variant_names_are_refused(name: str) -> None:

@@ -790,9 +790,9 @@ def _fused_step(
     p = gl.exp2(qk - gl.expand_dims(lse2, 0))
     if DQ_WRITER:
         return _fused_step_writer(
-            it, p, dp_tok, do, q, k_smem, delta_smem, ds_smem, ds_ready, dq_smem,
-            dq_full, dq_empty, empty, dk, dv, s, dq_init, scale, cols_layout, a_layout, WG,
-            BLOCK_M, NUM_STAGES,
+            it, p, dp_tok, do, q, k, q_smem, q_ready, k_smem, delta_smem, ds_smem, ds_ready,
+            dq_smem, dq_full, dq_empty, empty, dk, dv, s, s_init, dq_init, scale, n_total,
+            cols_layout, a_layout, WG, BLOCK_M, NUM_STAGES, OVERLAP,
         )  # fmt: skip
     # Unlike _dkdv_step, dV's GEMM waits for dPᵀ: Pᵀ in float32 dies before its 16-bit copy
     # is made, and the dQ product's registers fit (issued first, the loop spills at 128).
@@ -890,16 +890,17 @@ def _fused_step(
 
 @gluon.jit
 def _fused_step_writer(
-    it, p, dp_tok, do, q, k_smem, delta_smem, ds_smem, ds_ready, dq_smem, dq_full,
-    dq_empty, empty, dk, dv, s, dq_init, scale, cols_layout: gl.constexpr,
-    a_layout: gl.constexpr,
-    WG: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
+    it, p, dp_tok, do, q, k, q_smem, q_ready, k_smem, delta_smem, ds_smem, ds_ready, dq_smem,
+    dq_full, dq_empty, empty, dk, dv, s, s_init, dq_init, scale, n_total,
+    cols_layout: gl.constexpr, a_layout: gl.constexpr,
+    WG: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
 ):  # fmt: skip
     """The rest of a :func:`_fused_step` whose dQ products a writer warp adds
     (:func:`_dq_writer`), in FlashAttention-3's order: dSᵀ to shared memory, dV issued, the
-    two warpgroups meet, both halves of this warpgroup's dQ columns issued, dK issued behind
-    them; once the dQ products are done (dV with them) they are staged for the writer, and
-    the step ends when dK is. Returns (dk, dv, s)."""
+    two warpgroups meet, this warpgroup's dQ products issued, dK issued behind them; once
+    the dQ products are done (dV with them) they are staged for the writer, and the step
+    ends when dK is. ``OVERLAP``: the next step's Sᵀ is issued behind dK and runs while the
+    products are staged (as :func:`_dkdv_step`'s). Returns (dk, dv, s)."""
     slot = it % NUM_STAGES
     delta = _row(delta_smem.index(slot), BLOCK_M, cols_layout)
     dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok,))
@@ -934,21 +935,28 @@ def _fused_step_writer(
         t1 = warpgroup_mma(hi, k_smem.index(1).slice(c0 + 32, 32, dim=1), t1, is_async=True)
     ds_a = gl.convert_layout(ds, a_layout)
     dk_tok = warpgroup_mma(ds_a, q, dk, is_async=True)
-    # The writer has read this warpgroup's staging tiles of the step before (a fresh
-    # barrier counts as having completed the phase of parity 1: the first pass is free).
+    if OVERLAP:
+        s_tok = _next_s(k, q_smem, q_ready, it, n_total, s_init, NUM_STAGES)
+    # Wait for all but dK (and the next Sᵀ). The writer has read this warpgroup's staging
+    # tiles of the step before (a fresh barrier counts as having completed the phase of
+    # parity 1: the first pass is free).
+    pending: gl.constexpr = 2 if OVERLAP else 1
     own: gl.constexpr = WG * CHUNKS
     if CHUNKS == 2:
-        dv, dq0, dq1 = warpgroup_mma_wait(num_outstanding=1, deps=(dv_tok, t0, t1))
+        dv, dq0, dq1 = warpgroup_mma_wait(num_outstanding=pending, deps=(dv_tok, t0, t1))
         mbarrier.wait(dq_empty.index(WG), (it & 1) ^ 1)
         dq_smem.index(own).store(dq0)
         dq_smem.index(own + 1).store(dq1)
     else:
-        dv, dq0 = warpgroup_mma_wait(num_outstanding=1, deps=(dv_tok, t0))
+        dv, dq0 = warpgroup_mma_wait(num_outstanding=pending, deps=(dv_tok, t0))
         mbarrier.wait(dq_empty.index(WG), (it & 1) ^ 1)
         dq_smem.index(own).store(dq0)
     fence_async_shared()
     _release(dq_full.index(WG))
-    dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk_tok,))
+    if OVERLAP:
+        dk, s = warpgroup_mma_wait(num_outstanding=0, deps=(dk_tok, s_tok))
+    else:
+        dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk_tok,))
     _release(empty.index(slot))
     return dk, dv, s
 
@@ -1068,13 +1076,12 @@ def _xrt_attn_bwd_fused_hopper(
     (batch x heads x seqlen_pad, HEAD_DIM) tensor in [64, 32] boxes) instead of the
     consumers' own vector reductions. ``LPT``: the dK/dV kernel's 1-D grid. ``OVERLAP``
     (with ``DQ_TMA``): each step issues the next one's Sᵀ behind its dQ GEMMs.
-    ``DQ_WRITER`` (with ``DQ_TMA``, not with ``OVERLAP``): a fourth partition, one warp,
-    issues the reduce-adds (:func:`_dq_writer`), and the steps take FlashAttention-3's
-    order (:func:`_fused_step_writer`)."""
+    ``DQ_WRITER`` (with ``DQ_TMA``): a fourth partition, one warp, issues the reduce-adds
+    (:func:`_dq_writer`), and the steps take FlashAttention-3's order
+    (:func:`_fused_step_writer`; ``OVERLAP``: the next Sᵀ behind dK)."""
     gl.static_assert(SPLIT_COLS or not DQ_TMA)
     gl.static_assert(DQ_TMA or not OVERLAP)
     gl.static_assert(DQ_TMA or not DQ_WRITER)
-    gl.static_assert(not (DQ_WRITER and OVERLAP))
     BLOCK_N: gl.constexpr = 2 * WG_ROWS
     gl.static_assert(BLOCK_N % BLOCK_M == 0)
     dtype: gl.constexpr = q_desc.dtype

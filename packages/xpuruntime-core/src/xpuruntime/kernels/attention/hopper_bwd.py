@@ -30,7 +30,7 @@ dQ in shared memory for the copy engine's reduce-add (TMA) instead of the consum
 vector reductions, and ``o`` (with ``t``) issues each step's successor's Sᵀ GEMM behind its
 (first) dQ GEMMs; ``w`` (with ``c``) stages it likewise for a writer warp that issues the
 reduce-adds, and the steps take FlashAttention-3's order (one meeting of the warpgroups a
-step, dV and dK issued around the dQ GEMMs). Deterministic: ``m{query rows per dK/dV
+step, dV and dK issued around the dQ GEMMs), ``o`` with it the successor's Sᵀ behind dK. Deterministic: ``m{query rows per dK/dV
 step}s{its ring stages}n{key rows per dQ step}s{its ring stages}``, with ``o`` after the
 dK/dV kernel's stages when each of
 its steps issues the next step's Sᵀ GEMM behind its dK GEMM. A trailing ``_l`` launches the
@@ -95,7 +95,8 @@ class FusedVariant:
     tma_dq: bool = False
     #: One CTA per key block on a 1-D grid, longest first (``_l``).
     lpt: bool = False
-    #: Each step issues the next step's Sᵀ GEMM behind its dQ GEMMs (``o``, with ``t``).
+    #: Each step issues the next step's Sᵀ GEMM behind its dQ GEMMs (``o`` with ``t``) or
+    #: its dK GEMM (``o`` with ``w``).
     overlap: bool = False
     #: dQ by the copy engine, its reduce-adds issued by a writer warp (``w``, with ``c``).
     dq_writer: bool = False
@@ -136,9 +137,10 @@ class BwdVariant:
 #: :data:`_DEFAULT`'s; ``scripts/hopper_attention_bwd_compile.py``
 #: compiles them; 128-row steps spill on both head sizes and are left out, as are the fused
 #: ``k`` steps at head size 128; there the fused ``t`` steps spill 116-148 bytes, the ``w``
-#: steps 44-64: a few scalars reloaded a step, no accumulator).
+#: steps 44-64: a few scalars reloaded a step, no accumulator; ``wo`` makes ptxas serialise
+#: the wgmmas there, so it is a head-size-64 candidate, compiled clean but not yet timed).
 _FUSED: dict[int, tuple[str, ...]] = {
-    64: ("fm64s3cw", "fm64s2cw", "fm64s2cto", "fm64s2ct", "fm64s2c", "fm64s2ct_l"),
+    64: ("fm64s3cw", "fm64s2cw", "fm64s3cwo", "fm64s2cto", "fm64s2ct", "fm64s2c", "fm64s2ct_l"),
     128: ("fm64s2cw", "fm64s2cw_l", "fm64s3ct", "fm64s3c"),
 }
 _DETERMINISTIC: dict[int, tuple[str, ...]] = {
@@ -196,11 +198,11 @@ def parse_variant(name: str) -> FusedVariant | BwdVariant:
     if fused is not None:
         rows, stages = int(fused.group(1)), int(fused.group(2))
         split, dq, overlap = fused.group(3) == "c", fused.group(4), fused.group(5) == "o"
-        if rows != 64 or stages not in (2, 3, 4) or (dq and not split) or (overlap and dq != "t"):
+        if rows != 64 or stages not in (2, 3, 4) or (dq and not split) or (overlap and not dq):
             raise InvalidArgumentError(
                 f"hopper attention backward variant {name!r}: fused steps of 64 rows, stages "
                 "2-4, t or w (dQ by the copy engine, w: issued by a writer warp) only with c, "
-                "o (overlapped steps) only with t"
+                "o (overlapped steps) only with t or w"
             )
         return FusedVariant(
             rows,
