@@ -962,6 +962,15 @@ def _fused_step_writer(
 
 
 @gluon.jit
+def _step_rows(it, n_iter, m_lo, seqlen_pad, BLOCK_M: gl.constexpr):
+    """(query block, its first row in the dQ accumulator past the key/value head's first
+    query head's) of fused step ``it``: the steps run the group's query heads in turn, each
+    over query blocks ``m_lo`` on. The consumers and the writer warp both take it from here."""
+    m = m_lo + it % n_iter
+    return m, (it // n_iter) * seqlen_pad + m * BLOCK_M
+
+
+@gluon.jit
 def _dq_writer(
     dq_desc, dq_smem, dq_full, dq_empty, bh, group, m_lo, n_m, seqlen_pad,
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, DQ_WRITER: gl.constexpr,
@@ -974,7 +983,8 @@ def _dq_writer(
     head_row = bh * group * seqlen_pad
     n_iter = n_m - m_lo
     for it in range(group * n_iter if DQ_WRITER else 0):
-        row = head_row + (it // n_iter) * seqlen_pad + (m_lo + it % n_iter) * BLOCK_M
+        _m, rows = _step_rows(it, n_iter, m_lo, seqlen_pad, BLOCK_M)
+        row = head_row + rows
         for w in gl.static_range(2):
             mbarrier.wait(dq_full.index(w), it & 1)
             for c in gl.static_range(CHUNKS):
@@ -1023,8 +1033,7 @@ def _fused_consumer(
     n_total = group * n_iter
     s = _first_s(k, q_smem, q_ready, n_total, s_init, NUM_STAGES) if OVERLAP else s_init
     for it in range(n_total):
-        m = m_lo + it % n_iter
-        rows = (it // n_iter) * seqlen_pad + m * BLOCK_M
+        m, rows = _step_rows(it, n_iter, m_lo, seqlen_pad, BLOCK_M)
         dk, dv, s = _fused_step(
             it, m, dq_head + rows.to(gl.int64) * HEAD_DIM, head_row + rows, dq_desc, dq_smem,
             k, v, k_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, q_ready, do_ready,
