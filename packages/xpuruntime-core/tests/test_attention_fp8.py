@@ -356,7 +356,16 @@ HOPPER = DEVICE == "cuda" and __import__("torch").cuda.get_device_capability() =
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(
     "variant",
-    ["", "m64n128s2pp", "m64n128s2np_e4", "m64n128s3pp_e4", "m64n128s3pp_le4", "m64n128s3pp_pe4"],
+    [
+        "",
+        "m64n128s2pp",
+        "m64n128s2np_e4",
+        "m64n128s3pp_e4",
+        "m64n128s3pp_le4",
+        "m64n128s3pp_pe4",
+        "m64n128s3pp_pe4ru",
+        "m64n128s3pp_pru",
+    ],
 )
 def test_hopper_fp8_kernel_matches_its_inputs_reference(
     dim: int, causal: bool, variant: str, monkeypatch: pytest.MonkeyPatch

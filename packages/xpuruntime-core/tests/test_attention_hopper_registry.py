@@ -329,6 +329,46 @@ def test_one_gemm_in_flight_is_a_flag_of_its_own_that_the_kernel_receives() -> N
         hopper.parse_variant("m64n64s2np_g1o2")
 
 
+def test_sums_by_the_tensor_cores_are_an_fp8_flag_the_kernel_receives() -> None:
+    """``u`` (the rows' sums of P by a GEMM against tiles of ones) parses last among the
+    flags, round-trips, reaches the fp8 kernel as ``SUM_MMA`` with its tiles' rows, adds
+    those tiles (one per ring stage) to the shared memory, and is refused for 16-bit calls,
+    where it measured slower, and with ``g1``, which has no overlapped P·V to issue it
+    beside. The fp8 candidates offer it; the default does not take it."""
+    import dataclasses
+
+    from xpuruntime.kernels.attention import hopper
+    from xpuruntime.runtime.errors import InvalidArgumentError
+
+    for name in ("m64n128s3pp_pru", "m64n128s3pp_pe4ru"):
+        variant = hopper.parse_variant(name)
+        assert variant.sum_mma
+        assert variant.lazy
+        assert variant.persistent
+        assert variant.name == name
+        plain = dataclasses.replace(variant, sum_mma=False)
+        assert plain.name == name[:-1]
+        ones = variant.num_stages * hopper.SUM_COLUMNS * variant.block_n
+        assert variant.smem_bytes(128, 1) == plain.smem_bytes(128, 1) + ones
+        assert hopper.fp8_variant(128, name) == variant
+        constants = hopper.kernel_constants(variant, 128, False, varlen=False, k_scale_block=128)
+        assert constants["SUM_MMA"] is True
+        assert constants["SUM_COLUMNS"] == hopper.SUM_COLUMNS
+        with pytest.raises(InvalidArgumentError, match="fp8 kernel"):
+            hopper.kernel_constants(variant, 128, False, varlen=False, k_scale_block=None)
+    default = hopper.fp8_variant(128)
+    assert not default.sum_mma
+    assert not hopper.kernel_constants(default, 128, False, varlen=False, k_scale_block=128)[
+        "SUM_MMA"
+    ]
+    assert {"m64n128s3pp_pru", "m64n128s3pp_pe4ru"} <= set(hopper.variant_names(128, fp8=True))
+    assert not any(hopper.parse_variant(n).sum_mma for n in hopper.variant_names(128))
+    with pytest.raises(InvalidArgumentError, match="overlapped P·V"):
+        hopper.parse_variant("m64n64s2np_po2g1u")
+    with pytest.raises(InvalidArgumentError, match="is not of the form"):
+        hopper.parse_variant("m64n128s3pp_pue4")
+
+
 def test_forward_default_follows_head_size_mask_and_length(monkeypatch: pytest.MonkeyPatch) -> None:
     """Key blocks of 64 without ping-pong at head size 64 causal below 8192 keys (persistent,
     two CTAs an SM, one GEMM in flight), on the shortest causal ones at 128 (three stages);

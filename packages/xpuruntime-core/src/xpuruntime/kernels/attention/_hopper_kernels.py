@@ -69,6 +69,8 @@ P_SHIFT: gl.constexpr = gl.constexpr(8.0)
 #: largest finite value is 448, takes LAZY_T_FP8 out of its shift (P <= 2**P_SHIFT still).
 LAZY_T: gl.constexpr = gl.constexpr(8.0)
 LAZY_T_FP8: gl.constexpr = gl.constexpr(4.0)
+#: Four e4m3 ones (0x38) in a 32-bit word.
+E4M3_ONES: gl.constexpr = gl.constexpr(0x38383838)
 
 
 @gluon.constexpr_function
@@ -252,7 +254,7 @@ def _per_element(v, x4):
 @gluon.jit
 def _softmax_by_lane(
     s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL: gl.constexpr, MASKED: gl.constexpr,
-    EXP_EMU: gl.constexpr, P_SHIFT: gl.constexpr, LAZY_T: gl.constexpr,
+    EXP_EMU: gl.constexpr, P_SHIFT: gl.constexpr, LAZY_T: gl.constexpr, ROW_SUM: gl.constexpr,
 ):  # fmt: skip
     """:func:`_softmax` with a lazy running max whose statistics stay per lane ([M, 4]:
     each lane of a row's quad holds the row's running max, the same in all four, and its
@@ -277,14 +279,15 @@ def _softmax_by_lane(
     else:
         p = _exp2(x * qk_scale - _per_element(m_ij - P_SHIFT, x), EXP_EMU)
     alpha = gl.exp2(m_i - m_ij)
-    l_i = gl.convert_layout(l_i, own.type.layout) * alpha + gl.sum(gl.sum(p, 3), 1)
+    if ROW_SUM:
+        l_i = gl.convert_layout(l_i, own.type.layout) * alpha + gl.sum(gl.sum(p, 3), 1)
     return gl.reshape(p, [s.shape[0], s.shape[1]]), alpha, m_ij, l_i
 
 
 @gluon.jit
 def _softmax_by_row(
     s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL: gl.constexpr, MASKED: gl.constexpr,
-    EXP_EMU: gl.constexpr, P_SHIFT: gl.constexpr,
+    EXP_EMU: gl.constexpr, P_SHIFT: gl.constexpr, ROW_SUM: gl.constexpr,
 ):  # fmt: skip
     """:func:`_softmax` with its statistics per row (every block's max and sum meet across
     the row's quad)."""
@@ -298,7 +301,8 @@ def _softmax_by_row(
         m_ij = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
         p = _exp2(s * qk_scale - gl.expand_dims(m_ij - P_SHIFT, 1), EXP_EMU)
     alpha = gl.exp2(m_i - m_ij)
-    l_i = l_i * alpha + gl.sum(p, 1)
+    if ROW_SUM:
+        l_i = l_i * alpha + gl.sum(p, 1)
     return p, alpha, m_ij, l_i
 
 
@@ -306,6 +310,7 @@ def _softmax_by_row(
 def _softmax(
     s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL: gl.constexpr, MASKED: gl.constexpr,
     EXP_EMU: gl.constexpr, P_SHIFT: gl.constexpr = 0.0, LAZY_T: gl.constexpr = 0.0,
+    ROW_SUM: gl.constexpr = True,
 ):  # fmt: skip
     """One online-softmax step on a score tile, as ``_kernels._fwd_blocks`` does it:
     returns P (float32, unnormalised), the rescale factor of the older blocks, and the new
@@ -313,16 +318,18 @@ def _softmax(
     ``P_SHIFT``: P is ``2**P_SHIFT`` times the probability (the fp8 kernel's range), and so
     is the sum; the running max is not shifted. ``LAZY_T``: the running max moves only by
     more than ``LAZY_T`` (:data:`LAZY_T`), and the statistics are per lane
-    (:func:`_softmax_by_lane`; the factor is exactly 1 for a row whose max stayed)."""
+    (:func:`_softmax_by_lane`; the factor is exactly 1 for a row whose max stayed).
+    Without ``ROW_SUM`` the sum is left to the caller (``l_i`` comes back as given)."""
     if LAZY_T > 0:
         p, alpha, m_ij, l_i = _softmax_by_lane(
             s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL, MASKED, EXP_EMU, P_SHIFT,
-            LAZY_T,
+            LAZY_T, ROW_SUM,
         )  # fmt: skip
     else:
         p, alpha, m_ij, l_i = _softmax_by_row(
-            s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL, MASKED, EXP_EMU, P_SHIFT
-        )
+            s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL, MASKED, EXP_EMU, P_SHIFT,
+            ROW_SUM,
+        )  # fmt: skip
     return p, alpha, m_ij, l_i
 
 
@@ -492,12 +499,14 @@ def _block_scale(qk_scale, ks_row, j, BLOCK_N: gl.constexpr, K_SCALE_BLOCK: gl.c
 
 @gluon.jit
 def _consumer_blocks(
-    lo, hi, ring0, turn0, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn_bars,
-    acc, p, alpha, m_i, l_i, s_init, rows, offs_n, seqlen_k, qk_scale, ks_row,
+    lo, hi, ring0, turn0, q, k_smem, v_smem, ones_smem, k_ready, k_empty, v_ready, v_empty,
+    turn_bars, acc, acc_l, p, alpha, m_i, l_i, s_init, rows, offs_n, seqlen_k, qk_scale,
+    ks_row,
     WG: gl.constexpr, NUM_WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
     CAUSAL: gl.constexpr, MASKED: gl.constexpr, PINGPONG: gl.constexpr,
     EXP_EMU: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_LAYOUT: gl.constexpr,
-    P_F32: gl.constexpr, LAZY: gl.constexpr, ONE_GEMM: gl.constexpr,
+    P_F32: gl.constexpr, LAZY: gl.constexpr, ONE_GEMM: gl.constexpr, P_LAYOUT_L: gl.constexpr,
+    SUM_MMA: gl.constexpr,
 ):  # fmt: skip
     """Key blocks ``lo`` to ``hi`` (``lo >= 1``): S_j = Q K_jᵀ overlapped with O += P_{j-1} V_{j-1}
     (``ONE_GEMM``: O += P_{j-1} V_{j-1}, then S_j, each waited for before the next is issued).
@@ -514,8 +523,22 @@ def _consumer_blocks(
     ``ONE_GEMM`` (``g1``; for two CTAs an SM, ``o2``): with both GEMMs in flight a consumer
     needs 105-112 registers and there one of the two gets 104, for which ptxas serialises
     every wgmma of the kernel (C7512: each k-step waits for the one before). One GEMM at a
-    time fits, its k-steps pipelined; the other CTA's warpgroups hide this one's softmax."""
+    time fits, its k-steps pipelined; the other CTA's warpgroups hide this one's softmax.
+
+    ``SUM_MMA`` (``u``, fp8): each block's row sums of P come from a GEMM of P
+    (``P_LAYOUT_L``: the same registers as P·V's operand) against a [keys, SUM_COLUMNS] tile
+    of ones (``ones_smem``, one per ring stage), issued behind P·V; they are added in float32
+    to ``acc_l`` ([rows, SUM_COLUMNS], every column the same), which is rescaled with O. The
+    softmax then skips its sum, one float32 add per probability: in fp8 an eighth of the
+    instructions a block issues, while its GEMMs take half the time of 16-bit ones. Each
+    block's sum starts from zero (``use_acc=False``): e4m3 wgmma keeps about 13 bits of the
+    accumulator it adds to, so a running sum in the tensor cores loses the low bits of every
+    block's share (a row sum only grows; O's signed sums did not show it). The sum is of
+    the P that P·V multiplies (rounded to e4m3), so O's numerator and denominator round
+    alike."""
     FP8: gl.constexpr = q.dtype.primitive_bitwidth == 8
+    # In flight behind S_j while the softmax runs: P·V, and the sums' GEMM.
+    BEHIND_S: gl.constexpr = 2 if SUM_MMA else 1
     for j in range(lo, hi):
         it = ring0 + j
         slot = it % NUM_STAGES
@@ -554,24 +577,37 @@ def _consumer_blocks(
             # Rescale the older blocks' sum while S_j runs, then queue P_{j-1} V_{j-1} behind
             # it.
             acc = _rescale(acc, alpha, LAZY)
+            if SUM_MMA:
+                acc_l = _rescale(acc_l, alpha, LAZY)
             p_op = _p_operand(p, q.dtype, P_LAYOUT) if P_F32 else p
             mbarrier.wait(v_ready.index(prev), ((it - 1) // NUM_STAGES) & 1)
             o_tok = warpgroup_mma(p_op, v_op, acc, is_async=True)
+            if SUM_MMA:
+                l_tok = warpgroup_mma(
+                    gl.convert_layout(p_op, P_LAYOUT_L),
+                    ones_smem.index(prev).permute((1, 0)),
+                    gl.zeros_like(acc_l),
+                    use_acc=False,
+                    is_async=True,
+                )
             _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
-            s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+            s = warpgroup_mma_wait(num_outstanding=BEHIND_S, deps=(s_tok,))
         _release(k_empty.index(slot))
         p_new, alpha, m_i, l_i = _softmax(
             s, m_i, l_i, rows, j * BLOCK_N + offs_n, seqlen_k, block_scale, CAUSAL, MASKED,
-            EXP_EMU, _p_shift(FP8, LAZY), _lazy_threshold(FP8, LAZY),
+            EXP_EMU, _p_shift(FP8, LAZY), _lazy_threshold(FP8, LAZY), not SUM_MMA,
         )  # fmt: skip
-        if not ONE_GEMM:
+        if SUM_MMA:
+            acc, block_sum = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, l_tok))
+            acc_l += block_sum
+        elif not ONE_GEMM:
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
-            if not LAZY:
-                _release(v_empty.index(prev))
+        if not ONE_GEMM and not LAZY:
+            _release(v_empty.index(prev))
         p = p_new if P_F32 else _p_operand(p_new, p.dtype, P_LAYOUT)
     if LAZY and hi > lo and not ONE_GEMM:
         _release(v_empty.index((ring0 + hi - 2) % NUM_STAGES))
-    return acc, p, alpha, m_i, l_i
+    return acc, acc_l, p, alpha, m_i, l_i
 
 
 @gluon.jit
@@ -596,7 +632,7 @@ def _store_rows(
 
 @gluon.jit
 def _consumer(
-    q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready, v_empty,
+    q_smem, o_smem, k_smem, v_smem, ones_smem, q_bars, q_empty, k_ready, k_empty, v_ready, v_empty,
     turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED, stride_os, stride_oh,
     stride_lh, seqlen_q, seqlen_k, num_heads, group, batch_heads, section, q_blocks, k_blocks,
     qk_scale, WG: gl.constexpr, NUM_WG: gl.constexpr, Q_BUFFERS: gl.constexpr,
@@ -604,7 +640,7 @@ def _consumer(
     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
     PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr, LPT: gl.constexpr, VARLEN: gl.constexpr,
     EXP_EMU: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_F32: gl.constexpr,
-    LAZY: gl.constexpr, ONE_GEMM: gl.constexpr,
+    LAZY: gl.constexpr, ONE_GEMM: gl.constexpr, SUM_MMA: gl.constexpr,
 ):  # fmt: skip
     """Consumer warpgroup ``WG``: for each work item, its BLOCK_M_WG query rows against every
     key block. The ring position and GEMM round run on across work items (as the producer's).
@@ -612,7 +648,8 @@ def _consumer(
     BLOCK_M_WG rows: ``q_blocks`` per head) and the key block's (``KS``: ``k_blocks`` per
     key/value head), the output by the value's channel scales (``VS``). Live item ``count``
     finds its query tile in buffer ``count % Q_BUFFERS`` (``q_smem``/``q_bars``/``q_empty``
-    entry ``buffer * NUM_WG + WG``)."""
+    entry ``buffer * NUM_WG + WG``). ``SUM_MMA``: the rows' sums by a GEMM against
+    ``ones_smem`` (:func:`_consumer_blocks`)."""
     dtype: gl.constexpr = q_smem.dtype
     FP8: gl.constexpr = dtype.primitive_bitwidth == 8
     BLOCK_M: gl.constexpr = NUM_WG * BLOCK_M_WG
@@ -627,6 +664,15 @@ def _consumer(
     # P as the register A operand of P·V: the S accumulator's registers, 32 bits of P each.
     p_layout: gl.constexpr = gl.DotOperandLayout(
         operand_index=0, parent=mma_o, k_width=32 // dtype.primitive_bitwidth
+    )
+    # SUM_MMA: the sums' accumulator (as many equal columns as the ones' tiles have rows)
+    # and P as its A operand, whose registers are P·V's (the A layout does not depend on N).
+    SUM_COLUMNS: gl.constexpr = ones_smem.shape[1]
+    mma_l: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, SUM_COLUMNS, K_INSTR]
+    )
+    p_layout_l: gl.constexpr = gl.DotOperandLayout(
+        operand_index=0, parent=mma_l, k_width=32 // dtype.primitive_bitwidth
     )
     row_s: gl.constexpr = gl.SliceLayout(1, mma_s)
     row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
@@ -668,6 +714,7 @@ def _consumer(
                 m_i = gl.full([BLOCK_M_WG], float("-inf"), gl.float32, layout=row_s)
                 l_i = gl.zeros([BLOCK_M_WG], gl.float32, layout=row_s)
             acc = gl.zeros([BLOCK_M_WG, HEAD_DIM], gl.float32, layout=mma_o)
+            acc_l = gl.zeros([BLOCK_M_WG, SUM_COLUMNS], gl.float32, layout=mma_l)
             if FP8:
                 # This head's key scales, and the query block's scale folded into the scores'.
                 ks_row = KS + (bh // group).to(gl.int64) * k_blocks
@@ -697,23 +744,25 @@ def _consumer(
             _release(k_empty.index(slot0))
             p32, alpha, m_i, l_i = _softmax(
                 s, m_i, l_i, rows, offs_n, len_k, scale0, CAUSAL, True, EXP_EMU,
-                _p_shift(FP8, LAZY), _lazy_threshold(FP8, LAZY),
+                _p_shift(FP8, LAZY), _lazy_threshold(FP8, LAZY), not SUM_MMA,
             )  # fmt: skip
             # P_F32: converted before its GEMM (see _consumer_blocks).
             p = p32 if P_F32 else _p_operand(p32, dtype, p_layout)
 
             # Blocks every row sees in full (no mask), then the causal diagonal and the end.
-            acc, p, alpha, m_i, l_i = _consumer_blocks(
-                1, n_full, ring0, turn0, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
-                turn_bars, acc, p, alpha, m_i, l_i, s_init, rows, offs_n, len_k, qk_scale_wg,
-                ks_row, WG, NUM_WG, BLOCK_N, NUM_STAGES, CAUSAL, False, PINGPONG, EXP_EMU,
-                K_SCALE_BLOCK, p_layout, P_F32, LAZY, ONE_GEMM,
+            acc, acc_l, p, alpha, m_i, l_i = _consumer_blocks(
+                1, n_full, ring0, turn0, q, k_smem, v_smem, ones_smem, k_ready, k_empty, v_ready,
+                v_empty, turn_bars, acc, acc_l, p, alpha, m_i, l_i, s_init, rows, offs_n,
+                len_k, qk_scale_wg, ks_row, WG, NUM_WG, BLOCK_N, NUM_STAGES, CAUSAL, False,
+                PINGPONG, EXP_EMU, K_SCALE_BLOCK, p_layout, P_F32, LAZY, ONE_GEMM, p_layout_l,
+                SUM_MMA,
             )  # fmt: skip
-            acc, p, alpha, m_i, l_i = _consumer_blocks(
-                gl.maximum(n_full, 1), n_mine, ring0, turn0, q, k_smem, v_smem, k_ready,
-                k_empty, v_ready, v_empty, turn_bars, acc, p, alpha, m_i, l_i, s_init, rows,
-                offs_n, len_k, qk_scale_wg, ks_row, WG, NUM_WG, BLOCK_N, NUM_STAGES, CAUSAL,
-                True, PINGPONG, EXP_EMU, K_SCALE_BLOCK, p_layout, P_F32, LAZY, ONE_GEMM,
+            acc, acc_l, p, alpha, m_i, l_i = _consumer_blocks(
+                gl.maximum(n_full, 1), n_mine, ring0, turn0, q, k_smem, v_smem, ones_smem,
+                k_ready, k_empty, v_ready, v_empty, turn_bars, acc, acc_l, p, alpha, m_i, l_i,
+                s_init, rows, offs_n, len_k, qk_scale_wg, ks_row, WG, NUM_WG, BLOCK_N,
+                NUM_STAGES, CAUSAL, True, PINGPONG, EXP_EMU, K_SCALE_BLOCK, p_layout, P_F32,
+                LAZY, ONE_GEMM, p_layout_l, SUM_MMA,
             )  # fmt: skip
             if PERSISTENT:
                 # Every S GEMM of this item is done: the producer may load this buffer's next
@@ -729,12 +778,27 @@ def _consumer(
                 p = _p_operand(p, dtype, p_layout)
             v_last = _value_operand(v_smem.index(last % NUM_STAGES), FP8)
             o_tok = warpgroup_mma(p, v_last, acc, is_async=True)
+            if SUM_MMA:
+                acc_l = _rescale(acc_l, alpha, LAZY)
+                l_tok = warpgroup_mma(
+                    gl.convert_layout(p, p_layout_l),
+                    ones_smem.index(last % NUM_STAGES).permute((1, 0)),
+                    gl.zeros_like(acc_l),
+                    use_acc=False,
+                    is_async=True,
+                )
             _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
+            if SUM_MMA:
+                acc, block_sum = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, l_tok))
+                # Its columns are equal.
+                l_i = gl.convert_layout(gl.max(acc_l + block_sum, 1), row_s)
+            else:
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
             _release(v_empty.index(last % NUM_STAGES))
 
-            if LAZY:  # the lanes' sums meet (their running maxima are the same)
-                l_i = gl.convert_layout(gl.sum(l_i, 1), row_s)
+            if LAZY:  # the lanes' running maxima are the same (and their sums meet)
+                if not SUM_MMA:
+                    l_i = gl.convert_layout(gl.sum(l_i, 1), row_s)
                 m_i = gl.convert_layout(gl.max(m_i, 1), row_s)
             # A row that saw no key returns zeros and log-sum-exp -inf (as _kernels does).
             empty = l_i == 0.0
@@ -882,7 +946,8 @@ def _xrt_attn_fwd_hopper(
     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, NUM_WG: gl.constexpr,
     Q_BUFFERS: gl.constexpr, PERSISTENT: gl.constexpr, LPT: gl.constexpr, VARLEN: gl.constexpr,
     EXP_EMU: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_F32: gl.constexpr,
-    LAZY: gl.constexpr, ONE_GEMM: gl.constexpr,
+    LAZY: gl.constexpr, ONE_GEMM: gl.constexpr, SUM_MMA: gl.constexpr,
+    SUM_COLUMNS: gl.constexpr,
 ):  # fmt: skip
     """Launch with num_warps=4 (the first consumer warpgroup; the other ``NUM_WG - 1`` and
     the producer warp are worker partitions). One CTA per (NUM_WG * BLOCK_M_WG query rows,
@@ -915,7 +980,9 @@ def _xrt_attn_fwd_hopper(
     P carried between blocks in float32 (:func:`_consumer_blocks`; fp8 needs it). ``LAZY``:
     a row's running max moves only by more than :data:`LAZY_T` (fp8: :data:`LAZY_T_FP8`), and
     O's rescale is skipped where it stayed (:func:`_rescale`). ``ONE_GEMM``: a consumer
-    warpgroup has one GEMM in flight at a time (:func:`_consumer_blocks`)."""
+    warpgroup has one GEMM in flight at a time (:func:`_consumer_blocks`). ``SUM_MMA``: the
+    rows' sums of P by a GEMM against ``SUM_COLUMNS`` rows of ones in shared memory
+    (:func:`_consumer_blocks`)."""
     gl.static_assert(not ((PERSISTENT or LPT) and VARLEN), "packed batches run on a 2-D grid")
     gl.static_assert(not (PERSISTENT and LPT), "persistent or one CTA per item, not both")
     gl.static_assert(Q_BUFFERS == 1 or PERSISTENT, "two query buffers need a persistent loop")
@@ -925,6 +992,7 @@ def _xrt_attn_fwd_hopper(
     gl.static_assert(not (FP8 and VARLEN), "fp8 takes dense batches")
     gl.static_assert(P_F32 or not FP8, "fp8 carries P in float32")
     gl.static_assert(not FP8 or K_SCALE_BLOCK % BLOCK_N == 0, "key scales span whole blocks")
+    gl.static_assert(not (SUM_MMA and ONE_GEMM), "the sums' GEMM runs beside an overlapped P·V")
 
     # 2-D tiles with the descriptors' swizzle: TMA fills them through a 4-D view (``_box``).
     tile_q: gl.constexpr = gl.NVMMASharedLayout(q_desc.layout.swizzle_byte_width, bits)
@@ -946,6 +1014,30 @@ def _xrt_attn_fwd_hopper(
         v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, HEAD_DIM, BLOCK_N], tile_v)
     else:
         v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], tile_v)
+    if SUM_MMA:
+        # [SUM_COLUMNS, keys] e4m3 tiles of ones, K-major as fp8 wgmma reads B; one per ring
+        # stage, so that a tile's descriptor is computed in the loop as V's is (one tile's,
+        # hoisted out of the loop, held registers and the kernel spilled). Written as 32-bit
+        # words of four e4m3 ones: every byte is the same, so the swizzle does not matter,
+        # and an e4m3 tile stored from registers (Triton 3.6) read back partly unwritten on
+        # an H200 (docs/attention.md).
+        gl.static_assert(FP8, "the sums' GEMM is for the fp8 kernel")
+        gl.static_assert(BLOCK_N >= 128, "the ones' rows fill a 128-byte swizzle")
+        words = gl.allocate_shared_memory(
+            gl.int32, [NUM_STAGES, SUM_COLUMNS, BLOCK_N // 4],
+            gl.SwizzledSharedLayout(1, 1, 1, [1, 0]),
+        )  # fmt: skip
+        fill: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
+        for i in gl.static_range(NUM_STAGES):
+            words.index(i).store(
+                gl.full([SUM_COLUMNS, BLOCK_N // 4], E4M3_ONES, gl.int32, layout=fill)
+            )
+        fence_async_shared()  # the consumers' wgmma reads them through the async proxy
+        ones_smem = words._reinterpret(
+            dtype, [NUM_STAGES, SUM_COLUMNS, BLOCK_N], gl.NVMMASharedLayout(128, bits)
+        )
+    else:
+        ones_smem = k_smem  # unused
     bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
     q_bars = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS * NUM_WG, 1], bar_layout)
     q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS * NUM_WG, 1], bar_layout)
@@ -974,20 +1066,20 @@ def _xrt_attn_fwd_hopper(
         gl.warp_specialize(
             [
                 (_consumer, (
-                    q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
+                    q_smem, o_smem, k_smem, v_smem, ones_smem, q_bars, q_empty, k_ready, k_empty,
+                    v_ready, v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM,
+                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
                 )),
                 (_consumer, (
-                    q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
+                    q_smem, o_smem, k_smem, v_smem, ones_smem, q_bars, q_empty, k_ready, k_empty,
+                    v_ready, v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM,
+                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
                 )),
                 (_producer, (
                     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,
@@ -1004,28 +1096,28 @@ def _xrt_attn_fwd_hopper(
         gl.warp_specialize(
             [
                 (_consumer, (
-                    q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
+                    q_smem, o_smem, k_smem, v_smem, ones_smem, q_bars, q_empty, k_ready, k_empty,
+                    v_ready, v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM,
+                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
                 )),
                 (_consumer, (
-                    q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
+                    q_smem, o_smem, k_smem, v_smem, ones_smem, q_bars, q_empty, k_ready, k_empty,
+                    v_ready, v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM,
+                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
                 )),
                 (_consumer, (
-                    q_smem, o_smem, k_smem, v_smem, q_bars, q_empty, k_ready, k_empty, v_ready,
-                    v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
+                    q_smem, o_smem, k_smem, v_smem, ones_smem, q_bars, q_empty, k_ready, k_empty,
+                    v_ready, v_empty, turn_bars, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED,
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 2, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM,
+                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
                 )),
                 (_producer, (
                     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,

@@ -42,7 +42,14 @@ GEMMs, ping-pong; ``np``: they issue freely). The optional flags, in this order:
   max exceeds it by more than 2**8 (2**4 in fp8), so the output accumulator's rescale, one
   multiply per element a key block, is skipped by the threads whose rows did not move
   (``_hopper_kernels._rescale``). The fp8 default takes it; no 16-bit default does: its
-  output errors are 1.8-3.5 % above cuDNN's (:data:`_DEFAULTS`).
+  output errors are 1.8-3.5 % above cuDNN's (:data:`_DEFAULTS`);
+- ``u`` (fp8 only): each key block's row sums of P by the tensor cores, a GEMM of P
+  against shared-memory tiles of ones (:data:`SUM_COLUMNS` columns) issued beside P·V and
+  added in float32, instead of one float32 add per probability in the softmax
+  (``_hopper_kernels._consumer_blocks``): the softmax, which bounds the fp8 kernel's blocks,
+  loses 64 adds a thread a block of 128 keys, and the sum is of the rounded P that P·V
+  multiplies. With 16-bit P it measured slower (0.86-0.96x its twin on an H200: there the
+  GEMMs bound a block), so 16-bit calls refuse it.
 
 E.g. ``m64n128s2pp_w3p``, ``m64n128s2pp_l``, ``m64n128s3pp_e4``. ``XPURUNTIME_HOPPER_ATTENTION_VARIANT``
 overrides the default per head size, so one GPU run can time them all (and
@@ -89,6 +96,9 @@ VARIANT_ENV = "XPURUNTIME_HOPPER_ATTENTION_VARIANT"
 _LOG2E = 1.4426950408889634
 
 
+#: Columns of the rows' sums' GEMM (``u``): wgmma's narrowest N; the kernel's tiles of ones
+#: have this many rows.
+SUM_COLUMNS = 8
 #: Shared memory of an H100/H200 SM (228 KiB); a CTA may use all of it but 1 KiB the
 #: hardware reserves per CTA (227 KiB alone).
 _SM_SMEM = 228 << 10
@@ -120,6 +130,8 @@ class Variant:
     lazy: bool = False
     #: A consumer warpgroup has one GEMM in flight at a time (``g1``).
     one_gemm: bool = False
+    #: The rows' sums of P by a GEMM against a tile of ones (``u``).
+    sum_mma: bool = False
 
     def __post_init__(self) -> None:
         if self.q_buffers not in (1, 2) or (self.q_buffers == 2 and not self.persistent):
@@ -136,6 +148,11 @@ class Variant:
                 f"hopper attention variant {self.name!r}: two CTAs an SM (o2) take two consumer "
                 "warpgroups of 64 rows and key blocks of 64 (104-112 registers a consumer hold "
                 "no larger tiles)"
+            )
+        if self.sum_mma and self.one_gemm:
+            raise InvalidArgumentError(
+                f"hopper attention variant {self.name!r}: the sums' GEMM (u) is issued beside "
+                "an overlapped P·V, which g1 does not have"
             )
 
     def twin(self, *, lpt: bool) -> Variant:
@@ -180,6 +197,7 @@ class Variant:
             + ("o2" if self.ctas_per_sm == 2 else "")
             + ("g1" if self.one_gemm else "")
             + ("r" if self.lazy else "")
+            + ("u" if self.sum_mma else "")
         )
         return f"m{self.block_m_wg}n{self.block_n}s{self.num_stages}{schedule}" + (
             f"_{flags}" if flags else ""
@@ -196,7 +214,8 @@ class Variant:
         q_tile = self.num_wg * self.block_m_wg * head_dim
         out_tiles = 2 * q_tile if (self.persistent or element_size == 1) else 0
         ring = 2 * self.num_stages * self.block_n * head_dim
-        return element_size * (self.q_buffers * q_tile + ring) + out_tiles
+        ones = self.num_stages * SUM_COLUMNS * self.block_n if self.sum_mma else 0
+        return element_size * (self.q_buffers * q_tile + ring + ones) + out_tiles
 
 
 #: Candidates per head size (``--variants all`` of the scripts; the defaults are
@@ -235,10 +254,16 @@ HEAD_DIMS = tuple(_VARIANTS)
 #: for ``_l`` and 502-547 for the 2-D grids; ``benchmarks/attention_fp8_bench.py --sweep``).
 #: Two consumer warpgroups of 64 rows (the query scales are per 64 rows). Head size 128
 #: only: at 64 the Triton fp8 kernel was as fast or faster at every length timed on an H200
-#: (docs/attention.md).
+#: (docs/attention.md). ``_pru`` and ``_pe4ru`` (the sums' GEMM, ``u``) are candidates
+#: written, not run in their final form: an earlier form, whose running sum stayed in the
+#: tensor cores, ran on an H200 at 1.18-1.38x our bf16 forward against ``_pe4r``'s
+#: 1.16-1.27x in the same runs, but its sums were wrong (docs/attention.md, "The rows' sums
+#: by the tensor cores"). At full attention they spill 12-20 bytes of scalars, outside the
+#: key-block loop.
 _FP8_VARIANTS: dict[int, tuple[str, ...]] = {
     128: (
-        "m64n128s3pp_pe4r", "m64n128s3pp_pe4", "m64n128s3pp_le4", "m64n128s3pp_e4",
+        "m64n128s3pp_pe4r", "m64n128s3pp_pru", "m64n128s3pp_pe4ru", "m64n128s3pp_pe4",
+        "m64n128s3pp_le4", "m64n128s3pp_e4",
         "m64n128s2pp_e4",
         "m64n128s2np_e4", "m64n128s2pp", "m64n128s2np",
     ),
@@ -255,12 +280,12 @@ def variant_names(head_dim: int, *, fp8: bool = False) -> tuple[str, ...]:
 def parse_variant(name: str) -> Variant:
     """``m64n128s2pp_w3p`` -> Variant(64, 128, 2, pingpong=True, num_wg=3, persistent=True)."""
     match = re.fullmatch(
-        r"m(\d+)n(\d+)s(\d+)(pp|np)(?:_(?=.)(w3)?(p|l)?(q2)?(e4)?(o2)?(g1)?(r)?)?", name.strip()
+        r"m(\d+)n(\d+)s(\d+)(pp|np)(?:_(?=.)(w3)?(p|l)?(q2)?(e4)?(o2)?(g1)?(r)?(u)?)?", name.strip()
     )
     if match is None:
         raise InvalidArgumentError(
             f"hopper attention variant {name!r} is not of the form "
-            "m<rows>n<keys>s<stages>pp|np[_[w3][p|l][q2][e4][o2][g1][r]]"
+            "m<rows>n<keys>s<stages>pp|np[_[w3][p|l][q2][e4][o2][g1][r][u]]"
         )
     rows, keys, stages = (int(match.group(i)) for i in (1, 2, 3))
     if rows not in (64, 128) or keys not in (64, 128, 192, 256) or stages not in (2, 3, 4):
@@ -281,6 +306,7 @@ def parse_variant(name: str) -> Variant:
         ctas_per_sm=2 if match.group(9) else 1,
         one_gemm=bool(match.group(10)),
         lazy=bool(match.group(11)),
+        sum_mma=bool(match.group(12)),
     )
 
 
@@ -707,6 +733,12 @@ def kernel_constants(
 ) -> dict[str, Any]:
     """The kernel's compile-time arguments for ``config`` (``k_scale_block``: the fp8 key
     scales' block, None for 16-bit inputs); the offline compile script builds the same."""
+    if config.sum_mma and k_scale_block is None:
+        raise InvalidArgumentError(
+            f"hopper attention variant {config.name!r}: the sums' GEMM (u) is a variant of the "
+            "fp8 kernel; 16-bit P measured slower with it (its GEMMs, not the softmax, bound "
+            "a block). Choose the variant without u"
+        )
     return {
         "HEAD_DIM": head_dim,
         "BLOCK_M_WG": config.block_m_wg,
@@ -725,6 +757,8 @@ def kernel_constants(
         "P_F32": k_scale_block is not None,
         "LAZY": config.lazy,
         "ONE_GEMM": config.one_gemm,
+        "SUM_MMA": config.sum_mma,
+        "SUM_COLUMNS": SUM_COLUMNS,
         "K_SCALE_BLOCK": k_scale_block if k_scale_block is not None else config.block_n,
     }
 
