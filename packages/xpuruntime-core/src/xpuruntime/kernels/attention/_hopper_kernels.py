@@ -1019,8 +1019,8 @@ def _xrt_attn_fwd_hopper(
         # stage, so that a tile's descriptor is computed in the loop as V's is (one tile's,
         # hoisted out of the loop, held registers and the kernel spilled). Written as 32-bit
         # words of four e4m3 ones: every byte is the same, so the swizzle does not matter,
-        # and an e4m3 tile stored from registers (Triton 3.6) read back partly unwritten on
-        # an H200 (docs/attention.md).
+        # and an e4m3 constant stored as such is packed by Triton 3.6's ptxas (12.8) with
+        # half of each word from an unset register (docs/attention.md).
         gl.static_assert(FP8, "the sums' GEMM is for the fp8 kernel")
         gl.static_assert(BLOCK_N >= 128, "the ones' rows fill a 128-byte swizzle")
         words = gl.allocate_shared_memory(
