@@ -333,8 +333,9 @@ def test_sums_by_the_tensor_cores_are_an_fp8_flag_the_kernel_receives() -> None:
     """``u`` (the rows' sums of P by a GEMM against tiles of ones) parses last among the
     flags, round-trips, reaches the fp8 kernel as ``SUM_MMA`` with its tiles' rows, adds
     those tiles (one per ring stage) to the shared memory, and is refused for 16-bit calls,
-    where it measured slower, and with ``g1``, which has no overlapped P·V to issue it
-    beside. The fp8 candidates offer it; the default does not take it."""
+    where it measured slower, with ``g1``, which has no overlapped P·V to issue it beside,
+    and with key blocks under 128 (its rows of ones are 128 bytes). The fp8 candidates
+    offer it; the default does not take it."""
     import dataclasses
 
     from xpuruntime.kernels.attention import hopper
@@ -364,6 +365,8 @@ def test_sums_by_the_tensor_cores_are_an_fp8_flag_the_kernel_receives() -> None:
     assert {"m64n128s3pp_pru", "m64n128s3pp_pe4ru"} <= set(hopper.variant_names(128, fp8=True))
     assert not any(hopper.parse_variant(n).sum_mma for n in hopper.variant_names(128))
     with pytest.raises(InvalidArgumentError, match="overlapped P·V"):
+        hopper.parse_variant("m64n128s2np_pg1u")
+    with pytest.raises(InvalidArgumentError, match="key blocks of 128 or more"):
         hopper.parse_variant("m64n64s2np_po2g1u")
     with pytest.raises(InvalidArgumentError, match="is not of the form"):
         hopper.parse_variant("m64n128s3pp_pue4")

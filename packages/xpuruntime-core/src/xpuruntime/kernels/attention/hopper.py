@@ -47,9 +47,11 @@ GEMMs, ping-pong; ``np``: they issue freely). The optional flags, in this order:
   against shared-memory tiles of ones (:data:`SUM_COLUMNS` columns) issued beside P·V and
   added in float32, instead of one float32 add per probability in the softmax
   (``_hopper_kernels._consumer_blocks``): the softmax, which bounds the fp8 kernel's blocks,
-  loses 64 adds a thread a block of 128 keys, and the sum is of the rounded P that P·V
-  multiplies. With 16-bit P it measured slower (0.86-0.96x its twin on an H200: there the
-  GEMMs bound a block), so 16-bit calls refuse it.
+  loses 64 adds a thread a block of 128 keys (39 instructions of 607 net), and the sum is
+  of the rounded P that P·V multiplies, so the log-sum-exp is the one O was normalised
+  with (within log(1 / (1 - 2**-4)) of the exact one). With 16-bit P it measured slower
+  (0.90-0.98x its twin on an H200: there the GEMMs bound a block), so 16-bit calls refuse
+  it; its rows of ones take key blocks of at least 128 (128-byte rows).
 
 E.g. ``m64n128s2pp_w3p``, ``m64n128s2pp_l``, ``m64n128s3pp_e4``. ``XPURUNTIME_HOPPER_ATTENTION_VARIANT``
 overrides the default per head size, so one GPU run can time them all (and
@@ -148,6 +150,11 @@ class Variant:
                 f"hopper attention variant {self.name!r}: two CTAs an SM (o2) take two consumer "
                 "warpgroups of 64 rows and key blocks of 64 (104-112 registers a consumer hold "
                 "no larger tiles)"
+            )
+        if self.sum_mma and self.block_n < 128:
+            raise InvalidArgumentError(
+                f"hopper attention variant {self.name!r}: the sums' GEMM (u) reads rows of "
+                "ones of 128 bytes, so it takes key blocks of 128 or more"
             )
         if self.sum_mma and self.one_gemm:
             raise InvalidArgumentError(
@@ -256,10 +263,11 @@ HEAD_DIMS = tuple(_VARIANTS)
 #: only: at 64 the Triton fp8 kernel was as fast or faster at every length timed on an H200
 #: (docs/attention.md). ``_pru`` and ``_pe4ru`` (the sums' GEMM, ``u``) are candidates
 #: written, not run in their final form: an earlier form, whose running sum stayed in the
-#: tensor cores, ran on an H200 at 1.18-1.38x our bf16 forward against ``_pe4r``'s
-#: 1.16-1.27x in the same runs, but its sums were wrong (docs/attention.md, "The rows' sums
+#: tensor cores, ran on an H200 at 1.16-1.40x our bf16 forward against ``_pe4r``'s
+#: 1.11-1.27x in the same runs, but its sums were wrong (docs/attention.md, "The rows' sums
 #: by the tensor cores"). At full attention they spill 12-20 bytes of scalars, outside the
-#: key-block loop.
+#: key-block loop (so the offline compile script counts them as failing, as the 16-bit
+#: ``_pr`` at head size 128).
 _FP8_VARIANTS: dict[int, tuple[str, ...]] = {
     128: (
         "m64n128s3pp_pe4r", "m64n128s3pp_pru", "m64n128s3pp_pe4ru", "m64n128s3pp_pe4",
