@@ -498,6 +498,20 @@ def _block_scale(qk_scale, ks_row, j, BLOCK_N: gl.constexpr, K_SCALE_BLOCK: gl.c
 
 
 @gluon.jit
+def _block_sums(p_op, ones_tile, acc_l, alpha, LAZY: gl.constexpr, P_LAYOUT_L: gl.constexpr):
+    """``SUM_MMA``: the older blocks' row sums ``acc_l`` rescaled as O is, and the GEMM of
+    this block's P (``p_op``, P·V's operand) against ``ones_tile`` ([SUM_COLUMNS, keys] of
+    ones) issued from a zero accumulator, to be added in float32 once it is done
+    (:func:`_consumer_blocks`). Returns the rescaled sums and the GEMM's token."""
+    acc_l = _rescale(acc_l, alpha, LAZY)
+    tok = warpgroup_mma(
+        gl.convert_layout(p_op, P_LAYOUT_L), ones_tile.permute((1, 0)), gl.zeros_like(acc_l),
+        use_acc=False, is_async=True,
+    )  # fmt: skip
+    return acc_l, tok
+
+
+@gluon.jit
 def _consumer_blocks(
     lo, hi, ring0, turn0, q, k_smem, v_smem, ones_smem, k_ready, k_empty, v_ready, v_empty,
     turn_bars, acc, acc_l, p, alpha, m_i, l_i, s_init, rows, offs_n, seqlen_k, qk_scale,
@@ -531,9 +545,8 @@ def _consumer_blocks(
     to ``acc_l`` ([rows, SUM_COLUMNS], every column the same), which is rescaled with O. The
     softmax then skips its sum, one float32 add per probability: in fp8 a tenth of the
     instructions a block issues (39 net of 607 with the GEMM's own), while its GEMMs take
-    half the time of 16-bit ones. Each
-    block's sum starts from zero (``use_acc=False``): e4m3 wgmma keeps about 13 bits of the
-    accumulator it adds to, so a running sum in the tensor cores loses the low bits of every
+    half the time of 16-bit ones. Each block's sum starts from zero (:func:`_block_sums`):
+    e4m3 wgmma keeps about 13 bits of the accumulator it adds to, so a running sum in the tensor cores loses the low bits of every
     block's share (a row sum only grows; O's signed sums did not show it). The sum is of
     the P that P·V multiplies (rounded to e4m3), so O's numerator and denominator round
     alike."""
@@ -578,18 +591,12 @@ def _consumer_blocks(
             # Rescale the older blocks' sum while S_j runs, then queue P_{j-1} V_{j-1} behind
             # it.
             acc = _rescale(acc, alpha, LAZY)
-            if SUM_MMA:
-                acc_l = _rescale(acc_l, alpha, LAZY)
             p_op = _p_operand(p, q.dtype, P_LAYOUT) if P_F32 else p
             mbarrier.wait(v_ready.index(prev), ((it - 1) // NUM_STAGES) & 1)
             o_tok = warpgroup_mma(p_op, v_op, acc, is_async=True)
             if SUM_MMA:
-                l_tok = warpgroup_mma(
-                    gl.convert_layout(p_op, P_LAYOUT_L),
-                    ones_smem.index(prev).permute((1, 0)),
-                    gl.zeros_like(acc_l),
-                    use_acc=False,
-                    is_async=True,
+                acc_l, l_tok = _block_sums(
+                    p_op, ones_smem.index(prev), acc_l, alpha, LAZY, P_LAYOUT_L
                 )
             _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
             s = warpgroup_mma_wait(num_outstanding=BEHIND_S, deps=(s_tok,))
@@ -780,13 +787,8 @@ def _consumer(
             v_last = _value_operand(v_smem.index(last % NUM_STAGES), FP8)
             o_tok = warpgroup_mma(p, v_last, acc, is_async=True)
             if SUM_MMA:
-                acc_l = _rescale(acc_l, alpha, LAZY)
-                l_tok = warpgroup_mma(
-                    gl.convert_layout(p, p_layout_l),
-                    ones_smem.index(last % NUM_STAGES).permute((1, 0)),
-                    gl.zeros_like(acc_l),
-                    use_acc=False,
-                    is_async=True,
+                acc_l, l_tok = _block_sums(
+                    p, ones_smem.index(last % NUM_STAGES), acc_l, alpha, LAZY, p_layout_l
                 )
             _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
             if SUM_MMA:
