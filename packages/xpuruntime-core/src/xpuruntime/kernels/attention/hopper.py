@@ -261,16 +261,16 @@ HEAD_DIMS = tuple(_VARIANTS)
 #: for ``_l`` and 502-547 for the 2-D grids; ``benchmarks/attention_fp8_bench.py --sweep``).
 #: Two consumer warpgroups of 64 rows (the query scales are per 64 rows). Head size 128
 #: only: at 64 the Triton fp8 kernel was as fast or faster at every length timed on an H200
-#: (docs/attention.md). ``_pru`` and ``_pe4ru`` (the sums' GEMM, ``u``) are candidates
-#: written, not run in their final form: an earlier form, whose running sum stayed in the
-#: tensor cores, ran on an H200 at 1.16-1.40x our bf16 forward against ``_pe4r``'s
-#: 1.11-1.27x in the same runs, but its sums were wrong (docs/attention.md, "The rows' sums
-#: by the tensor cores"). At full attention they spill 12-20 bytes of scalars, outside the
-#: key-block loop (so the offline compile script counts them as failing, as the 16-bit
-#: ``_pr`` at head size 128).
+#: (docs/attention.md). The default, ``_pru``, takes the rows' sums of P by a GEMM against
+#: a tile of ones (``u``): on an H200 (kernels alone, hd128, 4096-16384 keys, full and
+#: causal) 1.21-1.33x our bf16 forward against ``_pe4r``'s 1.15-1.24x in the same run, with
+#: the same error against float32 (4.8-5.4e-2). Without ``u``, ``e4`` paid for itself
+#: (``_pe4r``); with it, it does not (``_pe4ru`` 0.98-0.99x ``_pru``). At full attention the
+#: ``u`` variants spill 12-20 bytes of scalars, outside the key-block loop (so the offline
+#: compile script counts them as failing, as the 16-bit ``_pr`` at head size 128).
 _FP8_VARIANTS: dict[int, tuple[str, ...]] = {
     128: (
-        "m64n128s3pp_pe4r", "m64n128s3pp_pru", "m64n128s3pp_pe4ru", "m64n128s3pp_pe4",
+        "m64n128s3pp_pru", "m64n128s3pp_pe4ru", "m64n128s3pp_pe4r", "m64n128s3pp_pe4",
         "m64n128s3pp_le4", "m64n128s3pp_e4",
         "m64n128s2pp_e4",
         "m64n128s2np_e4", "m64n128s2pp", "m64n128s2np",
