@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import torch
 
-from xpuruntime.kernels.attention import _fp8_kernels
+from xpuruntime.kernels.attention import _fp8_kernels, gluon_launch
 from xpuruntime.kernels.attention.launch import (
     Layout,
     Varlen,
@@ -223,14 +223,15 @@ def _quantize_key(
     )
     sk, s8, sv = _strides(k, layout), _strides(k8, layout), _strides(v, layout)
     if g.batch * g.kv_heads and g.seqlen_k:
-        _launch(
-            _fp8_kernels._xrt_attn_quant_rows, (blocks, g.batch * g.kv_heads),
-            _quant_tiles(block, g.head_dim), k.device,
-            k, k8, k_scale, v, v_max, k if cu_seqlens is None else cu_seqlens,
-            sk.batch, sk.seq, sk.head, s8.batch, s8.seq, s8.head,
-            k_scale.stride(0), k_scale.stride(1), sv.batch, sv.seq, sv.head,
-            v_max.stride(0), v_max.stride(1), v_max.stride(2), g.seqlen_k, g.kv_heads,
-            HEAD_DIM=g.head_dim, BLOCK=block, VARLEN=cu_seqlens is not None, VALUE_MAX=True,
+        _launch_quant(
+            _fp8_kernels._xrt_attn_quant_rows, (blocks, g.batch * g.kv_heads), block,
+            g.head_dim,
+            (k, k8, k_scale, v, v_max, k if cu_seqlens is None else cu_seqlens,
+             sk.batch, sk.seq, sk.head, s8.batch, s8.seq, s8.head,
+             k_scale.stride(0), k_scale.stride(1), sv.batch, sv.seq, sv.head,
+             v_max.stride(0), v_max.stride(1), v_max.stride(2), g.seqlen_k, g.kv_heads),
+            {"HEAD_DIM": g.head_dim, "BLOCK": block, "VARLEN": cu_seqlens is not None,
+             "VALUE_MAX": True},
         )  # fmt: skip
     # A channel that is zero everywhere keeps scale 1.
     channel_max = v_max.amax(dim=2)
@@ -238,9 +239,25 @@ def _quantize_key(
     return k8, k_scale, v_scale
 
 
-def _quant_tiles(block: int, head_dim: int) -> TileConfig:
-    # One program per block of rows: more warps for larger tiles keep registers bounded.
-    return TileConfig(block, 0, 8 if block * head_dim > 8192 else 4, 1)
+def _launch_quant(
+    kernel: Any,
+    grid: tuple[int, int],
+    block: int,
+    head_dim: int,
+    args: tuple[Any, ...],
+    constants: dict[str, Any],
+) -> None:
+    """Launch a quantization kernel (one program per block of ``block`` rows; more warps for
+    larger tiles keep registers bounded) on the current device and stream. On a GPU its
+    compiled kernel is kept and launched again without the JIT's per-call work
+    (:mod:`.gluon_launch`): on an H200 that work took longer than the kernels themselves at
+    4096 keys (docs/attention.md)."""
+    warps = 8 if block * head_dim > 8192 else 4
+    if _interpreting():
+        device = next(a for a in args if isinstance(a, torch.Tensor)).device
+        _launch(kernel, grid, TileConfig(block, 0, warps, 1), device, *args, **constants)
+    else:
+        gluon_launch.launch(kernel, grid, args, constants, num_warps=warps, num_stages=1)
 
 
 def quantize(
@@ -279,15 +296,14 @@ def quantize(
             vt = _transposed_value(shape, v.device, hopper)
         sv = _strides(v, layout)
         if g.seqlen_k > 0 and g.batch * g.kv_heads > 0:
-            _launch(
+            _launch_quant(
                 _fp8_kernels._xrt_attn_quant_vt,
-                (_cdiv(g.seqlen_k, block), g.batch * g.kv_heads),
-                _quant_tiles(block, g.head_dim), v.device,
-                v, vt, v_scale, v if cu_k is None else cu_k, sv.batch, sv.seq, sv.head,
-                *_vt_strides(vt, layout == "thd"), v_scale.stride(0), v_scale.stride(1),
-                g.seqlen_k, g.kv_heads,
-                HEAD_DIM=g.head_dim, BLOCK=block, VARLEN=varlen is not None,
-                HOPPER_ORDER=hopper,
+                (_cdiv(g.seqlen_k, block), g.batch * g.kv_heads), block, g.head_dim,
+                (v, vt, v_scale, v if cu_k is None else cu_k, sv.batch, sv.seq, sv.head,
+                 *_vt_strides(vt, layout == "thd"), v_scale.stride(0), v_scale.stride(1),
+                 g.seqlen_k, g.kv_heads),
+                {"HEAD_DIM": g.head_dim, "BLOCK": block, "VARLEN": varlen is not None,
+                 "HOPPER_ORDER": hopper},
             )  # fmt: skip
     scaling = f"scales: query per row, key per {block} rows, value per channel"
     order: Literal["sequential", "hopper"] = "hopper" if hopper else "sequential"
@@ -426,13 +442,14 @@ def _hopper_forward(
         q8 = torch.empty(qz.q.shape, dtype=FP8, device=qz.q.device)
         q_scale = torch.empty((g.batch, g.heads, q_blocks), dtype=torch.float32, device=q8.device)
         sq, s8 = _strides(qz.q, layout), _strides(q8, layout)
-        _launch(
+        _launch_quant(
             _fp8_kernels._xrt_attn_quant_rows, (q_blocks, g.batch * g.heads),
-            _quant_tiles(hopper.FP8_QUERY_BLOCK, g.head_dim), q8.device,
-            qz.q, q8, q_scale, qz.q, q_scale, qz.q,
-            sq.batch, sq.seq, sq.head, s8.batch, s8.seq, s8.head,
-            q_scale.stride(0), q_scale.stride(1), 0, 0, 0, 0, 0, 0, g.seqlen_q, g.heads,
-            HEAD_DIM=g.head_dim, BLOCK=hopper.FP8_QUERY_BLOCK, VARLEN=False, VALUE_MAX=False,
+            hopper.FP8_QUERY_BLOCK, g.head_dim,
+            (qz.q, q8, q_scale, qz.q, q_scale, qz.q,
+             sq.batch, sq.seq, sq.head, s8.batch, s8.seq, s8.head,
+             q_scale.stride(0), q_scale.stride(1), 0, 0, 0, 0, 0, 0, g.seqlen_q, g.heads),
+            {"HEAD_DIM": g.head_dim, "BLOCK": hopper.FP8_QUERY_BLOCK, "VARLEN": False,
+             "VALUE_MAX": False},
         )  # fmt: skip
         query = "query per 64 rows"
     else:

@@ -402,12 +402,14 @@ def launch(
     constants: Mapping[str, Any],
     *,
     num_warps: int = 4,
+    num_stages: int | None = None,
     maxnreg: int | None = None,
 ) -> Kept | None:
     """Launch the JIT function ``fn`` on ``grid`` on the current device's current stream:
     ``args`` its runtime arguments in order (tensors, integers, floats, :class:`Tma`
     descriptors), ``constants`` its ``constexpr`` arguments by name, which must be exactly
-    the arguments after the runtime ones (checked before anything runs). ``maxnreg``: the
+    the arguments after the runtime ones (checked before anything runs). ``num_stages``: the
+    software pipeline's stages, None for the JIT's default. ``maxnreg``: the
     registers a thread at launch (ptxas' ``.maxnreg``), None for the compiler's choice.
     Returns the kept compiled kernel (:class:`Kept`), or None where none is kept (Triton's
     interpreter, a function with pre-run hooks)."""
@@ -417,7 +419,8 @@ def launch(
     key = (
         id(fn), device,
         tuple([(name, type(value), value) for name, value in constants.items()]),
-        num_warps, maxnreg, *_jit_settings(), tuple([_arg_key(arg) for arg in args]),
+        num_warps, num_stages, maxnreg, *_jit_settings(),
+        tuple([_arg_key(arg) for arg in args]),
     )  # fmt: skip
     kept = _compiled.get(key)
     if kept is not None and not getattr(fn, "pre_run_hooks", None):
@@ -431,7 +434,11 @@ def launch(
             f"arguments, but the constants given are {list(constants)}"
         )
     values = [_gluon_descriptor(a) if isinstance(a, Tma) else a for a in args]
-    options = {"num_warps": num_warps} | ({} if maxnreg is None else {"maxnreg": maxnreg})
+    options: dict[str, int] = {"num_warps": num_warps}
+    if num_stages is not None:
+        options["num_stages"] = num_stages
+    if maxnreg is not None:
+        options["maxnreg"] = maxnreg
     kernel = fn[grid](*values, **constants, **options)
     if kernel is None or getattr(fn, "pre_run_hooks", None):
         return None  # None: Triton's interpreter, which keeps no compiled kernel

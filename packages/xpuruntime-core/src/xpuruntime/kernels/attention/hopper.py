@@ -285,6 +285,7 @@ def variant_names(head_dim: int, *, fp8: bool = False) -> tuple[str, ...]:
     return _FP8_VARIANTS[head_dim] if fp8 else _VARIANTS[head_dim]
 
 
+@functools.lru_cache(maxsize=256)  # on every call's path: the regex costs microseconds
 def parse_variant(name: str) -> Variant:
     """``m64n128s2pp_w3p`` -> Variant(64, 128, 2, pingpong=True, num_wg=3, persistent=True)."""
     match = re.fullmatch(
@@ -1086,7 +1087,13 @@ FP8_QUERY_BLOCK = 64
 def fp8_variant(head_dim: int, given: str | None = None) -> Variant:
     """The fp8 kernel's variant: ``given``, else ``XPURUNTIME_HOPPER_FP8_VARIANT``, else the
     head size's first candidate; checked against what the fp8 kernel takes."""
-    name = given or os.environ.get(FP8_VARIANT_ENV) or _FP8_VARIANTS[head_dim][0]
+    return _checked_fp8_variant(
+        head_dim, given or os.environ.get(FP8_VARIANT_ENV) or _FP8_VARIANTS[head_dim][0]
+    )
+
+
+@functools.lru_cache(maxsize=64)  # on every call's path (twice): the checks do not change
+def _checked_fp8_variant(head_dim: int, name: str) -> Variant:
     config = parse_variant(name)
     if config.block_m_wg != FP8_QUERY_BLOCK or config.num_wg != 2:
         raise InvalidArgumentError(

@@ -193,7 +193,13 @@ def set_tuning(enabled: bool) -> None:
 def _capability(device: torch.device) -> tuple[int, int]:
     if device.type != "cuda":
         return (0, 0)
-    major, minor = torch.cuda.get_device_capability(device)
+    return _capability_of(torch.cuda.current_device() if device.index is None else device.index)
+
+
+@functools.cache
+def _capability_of(index: int) -> tuple[int, int]:
+    # Cached: torch's query costs microseconds on every call, and a device's never changes.
+    major, minor = torch.cuda.get_device_capability(index)
     return int(major), int(minor)
 
 
