@@ -263,9 +263,9 @@ HEAD_DIMS = tuple(_VARIANTS)
 #: only: at 64 the Triton fp8 kernel was as fast or faster at every length timed on an H200
 #: (docs/attention.md). The default, ``_pru``, takes the rows' sums of P by a GEMM against
 #: a tile of ones (``u``): on an H200 (kernels alone, hd128, 4096-16384 keys, full and
-#: causal) 1.21-1.33x our bf16 forward against ``_pe4r``'s 1.15-1.24x in the same run, with
-#: the same error against float32 (4.8-5.4e-2). Without ``u``, ``e4`` paid for itself
-#: (``_pe4r``); with it, it does not (``_pe4ru`` 0.98-0.99x ``_pru``). At full attention the
+#: causal) 1.16-1.33x our bf16 forward against ``_pe4r``'s 1.11-1.24x in the same runs,
+#: with the same error against float32 (4.8-5.4e-2). Without ``u``, ``e4`` paid for itself
+#: (``_pe4r``); with it, it does not (``_pe4ru`` 0.98-1.00x ``_pru``). At full attention the
 #: ``u`` variants spill 12-20 bytes of scalars, outside the key-block loop (so the offline
 #: compile script counts them as failing, as the 16-bit ``_pr`` at head size 128).
 _FP8_VARIANTS: dict[int, tuple[str, ...]] = {
