@@ -412,6 +412,53 @@ def test_hopper_fp8_kernel_matches_its_inputs_reference(
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon fp8 kernel runs on sm_90 (H100, H200)")
+def test_hopper_fp8_repeated_calls_launch_the_first_calls_kernels_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A dense call like an earlier one (shapes, strides, dtypes, alignment, settings)
+    launches that call's kept kernels again without deciding afresh: on new inputs its
+    result equals a fresh decision's, bit for bit; a setting in the key (the variant's
+    environment variable, the mask) makes the call decide afresh."""
+    import torch
+
+    from xpuruntime.kernels.attention import fp8, hopper
+
+    monkeypatch.setattr(fp8, "HOPPER_MIN_KEYS", 1)  # it takes long sequences by default
+    monkeypatch.delenv(hopper.FP8_VARIANT_ENV, raising=False)
+    fp8._REPEATS.clear()
+    q, k, v = _inputs(2, 8, 2, 301, 128, torch.bfloat16)
+    out1, _, detail1 = fp8.forward(
+        fp8.quantize(q, k, v, layout="bhsd"), causal=True, scale=None, layout="bhsd"
+    )
+    assert detail1.startswith(fp8.HOPPER_DETAIL)
+    assert len(fp8._REPEATS) == 1
+    q2, k2, v2 = (x.flip(2).contiguous() for x in (q, k, v))
+    second = fp8.quantize(q2, k2, v2, layout="bhsd")
+    out2, lse2, detail2 = fp8.forward(second, causal=True, scale=None, layout="bhsd")
+    assert detail2 == detail1
+    assert len(fp8._REPEATS) == 1  # repeated, not decided again
+    assert not torch.equal(out1, out2)
+    fp8._REPEATS.clear()
+    fresh, fresh_lse, _ = fp8.forward(second, causal=True, scale=None, layout="bhsd")
+    assert torch.equal(out2, fresh)
+    assert torch.equal(lse2, fresh_lse)
+    monkeypatch.setenv(hopper.FP8_VARIANT_ENV, "m64n128s3pp_pe4r")
+    _, _, detail3 = fp8.forward(second, causal=True, scale=None, layout="bhsd")
+    assert "(warp-specialised, m64n128s3pp_pe4r)" in detail3
+    fp8.forward(second, causal=False, scale=None, layout="bhsd")
+    assert len(fp8._REPEATS) == 3
+    # An e4m3 query with its descale (nothing quantized in the call) repeats too.
+    descale = [(x.float().abs().amax() / 448).reshape(1) for x in (q, k, v)]
+    q8, k8, v8 = ((x.float() / d).to(fp8.FP8) for x, d in zip((q, k, v), descale, strict=True))
+    z = fp8.from_fp8(q8, k8, v8, tuple(descale), layout="bhsd")
+    first8 = fp8.forward(z, causal=True, scale=None, layout="bhsd")
+    again8 = fp8.forward(z, causal=True, scale=None, layout="bhsd")
+    assert len(fp8._REPEATS) == 4
+    assert torch.equal(first8[0], again8[0])
+    assert first8[2] == again8[2]
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Gluon fp8 kernel runs on sm_90 (H100, H200)")
 def test_hopper_fp8_passes_short_and_packed_sequences_to_triton_with_the_reason() -> None:
     import torch
 

@@ -359,9 +359,7 @@ def test_sums_by_the_tensor_cores_are_an_fp8_flag_the_kernel_receives() -> None:
             hopper.kernel_constants(variant, 128, False, varlen=False, k_scale_block=None)
     default = hopper.fp8_variant(128)
     assert default.name == "m64n128s3pp_pru"
-    assert hopper.kernel_constants(default, 128, False, varlen=False, k_scale_block=128)[
-        "SUM_MMA"
-    ]
+    assert hopper.kernel_constants(default, 128, False, varlen=False, k_scale_block=128)["SUM_MMA"]
     # The fp8 default before it (without u) stays a candidate, and receives no sums.
     before = hopper.fp8_variant(128, "m64n128s3pp_pe4r")
     assert before.name in hopper.variant_names(128, fp8=True)

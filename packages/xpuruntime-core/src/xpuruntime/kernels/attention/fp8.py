@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -37,6 +38,7 @@ from xpuruntime.kernels.attention.launch import (
     Layout,
     Varlen,
     _bhsd,
+    _capability,
     _cdiv,
     _check_offsets,
     _Geometry,
@@ -55,7 +57,10 @@ from xpuruntime.kernels.attention.tiles import (
     fp8_candidates,
     interpreter_tiles,
 )
-from xpuruntime.runtime.errors import InvalidArgumentError
+from xpuruntime.runtime.errors import InvalidArgumentError, XpuRuntimeError
+
+if TYPE_CHECKING:
+    from xpuruntime.kernels.attention.hopper import Fp8Relaunch, Fp8Scales
 
 __all__ = [
     "HOPPER_DETAIL",
@@ -246,18 +251,18 @@ def _launch_quant(
     head_dim: int,
     args: tuple[Any, ...],
     constants: dict[str, Any],
-) -> None:
+) -> gluon_launch.Kept | None:
     """Launch a quantization kernel (one program per block of ``block`` rows; more warps for
     larger tiles keep registers bounded) on the current device and stream. On a GPU its
     compiled kernel is kept and launched again without the JIT's per-call work
     (:mod:`.gluon_launch`): on an H200 that work took longer than the kernels themselves at
-    4096 keys (docs/attention.md)."""
+    4096 keys (docs/attention.md). Returns the kept kernel (None under the interpreter)."""
     warps = 8 if block * head_dim > 8192 else 4
     if _interpreting():
         device = next(a for a in args if isinstance(a, torch.Tensor)).device
         _launch(kernel, grid, TileConfig(block, 0, warps, 1), device, *args, **constants)
-    else:
-        gluon_launch.launch(kernel, grid, args, constants, num_warps=warps, num_stages=1)
+        return None
+    return gluon_launch.launch(kernel, grid, args, constants, num_warps=warps, num_stages=1)
 
 
 def quantize(
@@ -383,7 +388,6 @@ def _hopper_reason(device: torch.device, g: _Geometry, varlen: Varlen | None, bl
     else why not (the detail gives it on an H100/H200 only: elsewhere the Triton kernel is
     the only one)."""
     from xpuruntime.kernels.attention import hopper, support
-    from xpuruntime.kernels.attention.launch import _capability
 
     if _capability(device) != (9, 0):
         return "not an sm_90 GPU"
@@ -424,6 +428,138 @@ def _hopper_call_reason(
     return ""
 
 
+def _hopper_query(
+    qz: Quantized, g: _Geometry, layout: Layout, kept: gluon_launch.Kept | None
+) -> tuple[torch.Tensor, torch.Tensor, gluon_launch.Kept | None] | None:
+    """The Gluon Hopper kernel's e4m3 query and its scales per 64 rows: a float16/bfloat16
+    query quantized here (through ``kept``, the kernel an earlier call of the same key kept,
+    where given), an e4m3 one as it is with its scale broadcast. Returns them with the kept
+    quantization kernel, or None (nothing launched) where ``kept`` is given and a new
+    allocation is not 16-byte aligned as it takes them (an allocator other than PyTorch's)."""
+    from xpuruntime.kernels.attention import hopper
+
+    q_blocks = _cdiv(g.seqlen_q, hopper.FP8_QUERY_BLOCK)
+    if qz.q_scale is not None:
+        return qz.q, qz.q_scale.expand(g.batch, g.heads, q_blocks).contiguous(), None
+    q8 = torch.empty(qz.q.shape, dtype=FP8, device=qz.q.device)
+    q_scale = torch.empty((g.batch, g.heads, q_blocks), dtype=torch.float32, device=q8.device)
+    sq, s8 = _strides(qz.q, layout), _strides(q8, layout)
+    grid = (q_blocks, g.batch * g.heads)
+    args = (
+        qz.q, q8, q_scale, qz.q, q_scale, qz.q,
+        sq.batch, sq.seq, sq.head, s8.batch, s8.seq, s8.head,
+        q_scale.stride(0), q_scale.stride(1), 0, 0, 0, 0, 0, 0, g.seqlen_q, g.heads,
+    )  # fmt: skip
+    if kept is not None:
+        if (q8.data_ptr() | q_scale.data_ptr()) % 16:
+            return None
+        kept.launch(grid, args)
+        return q8, q_scale, kept
+    constants = {
+        "HEAD_DIM": g.head_dim, "BLOCK": hopper.FP8_QUERY_BLOCK, "VARLEN": False,
+        "VALUE_MAX": False,
+    }  # fmt: skip
+    kernel = _fp8_kernels._xrt_attn_quant_rows
+    kept = _launch_quant(kernel, grid, hopper.FP8_QUERY_BLOCK, g.head_dim, args, constants)
+    return q8, q_scale, kept
+
+
+def _hopper_scales(qz: Quantized, g: _Geometry, q_scale: torch.Tensor) -> Fp8Scales:
+    """The Gluon Hopper kernel's scales (:class:`.hopper.Fp8Scales`), each as a contiguous
+    (batch, heads, blocks) tensor (broadcast ones copied)."""
+    from xpuruntime.kernels.attention import hopper
+
+    k_blocks = _cdiv(g.seqlen_k, qz.block)
+    return hopper.Fp8Scales(
+        q=q_scale,
+        k=qz.k_scale.expand(g.batch, g.kv_heads, k_blocks).contiguous(),
+        v=qz.v_scale.expand(g.batch, g.kv_heads, g.head_dim).contiguous(),
+        k_block=qz.block,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Repeat:
+    """What a dense call through the Gluon Hopper kernel launched, for the next call with the
+    same :func:`_repeat_key`: it launches the kept kernels again (the query's quantization,
+    ``quant``, None for an e4m3 query, and ``attention``), skipping the geometry, the
+    checks, the kernel's choice and the launchers' cache keys (most of the host time of a
+    call at 4096 keys on an H200, docs/attention.md)."""
+
+    layout: Layout
+    g: _Geometry
+    quant: gluon_launch.Kept | None
+    attention: Fp8Relaunch
+    detail: str
+
+    def run(self, qz: Quantized) -> tuple[torch.Tensor, torch.Tensor, str] | None:
+        """The repeated call's result; None (nothing launched) where a new allocation is not
+        16-byte aligned as the kept kernels take it: the caller then decides afresh."""
+        g, layout = self.g, self.layout
+        out = torch.empty(qz.q.shape, dtype=qz.out_dtype, device=qz.q.device)
+        lse = torch.empty((g.batch, g.heads, g.seqlen_q), dtype=torch.float32, device=out.device)
+        if (out.data_ptr() | lse.data_ptr()) % 16:
+            return None
+        query = _hopper_query(qz, g, layout, self.quant)
+        if query is None:
+            return None
+        q8, q_scale, _ = query
+        self.attention.launch(
+            _bhsd(layout, q8), _bhsd(layout, qz.k), _whole_groups(qz.vt),
+            _hopper_scales(qz, g, q_scale), _bhsd(layout, out), lse,
+        )  # fmt: skip
+        return out, lse, self.detail
+
+
+#: Dense Hopper calls' launches by :func:`_repeat_key`; emptied when it reaches the bound, so
+#: a workload of ever new shapes keeps only recent ones.
+_REPEATS: dict[tuple[Any, ...], _Repeat] = {}
+_REPEATS_BOUND = 1024
+
+
+def _repeat_key(
+    qz: Quantized,
+    causal: bool,
+    scale: float | None,
+    layout: Layout,
+    varlen: Varlen | None,
+    stream: int | None,
+    tiles: TileConfig | None,
+) -> tuple[Any, ...] | None:
+    """The key of a call in :data:`_REPEATS`, or None where a call cannot repeat an earlier
+    one: packed sequences, tiles or a stream given, a scale other than a float or None, an
+    input not 16-byte aligned, a device other than the current one, a kernel with Triton
+    pre-run hooks. It holds everything the checks, the choice of kernel and variant and the
+    launches' arguments and specialisation depend on (each tensor's shape, strides and
+    dtype, the device, the scales' block, the value's key order, the output dtype, the
+    scaling's description, the mask, the scale, the layout, the variant's environment
+    variable, :data:`HOPPER_MIN_KEYS`, Triton's debug and instrumentation settings), the
+    addresses only through their alignment."""
+    from xpuruntime.kernels.attention import _hopper_kernels, hopper
+
+    if varlen is not None or tiles is not None or stream is not None:
+        return None
+    if not (scale is None or type(scale) is float) or _capability(qz.q.device) != (9, 0):
+        return None
+    tensors = tuple(
+        x for x in (qz.q, qz.k, qz.vt, qz.q_scale, qz.k_scale, qz.v_scale) if x is not None
+    )
+    pointers = 0
+    for x in tensors:
+        pointers |= x.data_ptr()
+    if pointers % 16 or qz.q.device.index != torch.cuda.current_device():
+        return None
+    settings = gluon_launch.relaunch_key(_hopper_kernels._xrt_attn_fwd_hopper)
+    quant_settings = gluon_launch.relaunch_key(_fp8_kernels._xrt_attn_quant_rows)
+    if settings is None or quant_settings is None:
+        return None
+    return (
+        tuple([(x.shape, x.stride(), x.dtype) for x in tensors]), qz.q_scale is None,
+        qz.q.device, qz.block, qz.key_order, qz.out_dtype, qz.scaling, causal, scale, layout,
+        os.environ.get(hopper.FP8_VARIANT_ENV), HOPPER_MIN_KEYS, settings, quant_settings,
+    )  # fmt: skip
+
+
 def _hopper_forward(
     qz: Quantized,
     g: _Geometry,
@@ -432,43 +568,29 @@ def _hopper_forward(
     lse: torch.Tensor,
     causal: bool,
     scale: float,
-) -> str:
+) -> tuple[str, _Repeat | None]:
     """Run the Gluon Hopper fp8 kernel (a float16/bfloat16 query quantized first, one
-    scale per 64 rows); returns the detail."""
+    scale per 64 rows); returns the detail and what a repeated call launches again (None
+    where nothing was kept)."""
     from xpuruntime.kernels.attention import hopper
 
-    q_blocks = _cdiv(g.seqlen_q, hopper.FP8_QUERY_BLOCK)
-    if qz.q_scale is None:
-        q8 = torch.empty(qz.q.shape, dtype=FP8, device=qz.q.device)
-        q_scale = torch.empty((g.batch, g.heads, q_blocks), dtype=torch.float32, device=q8.device)
-        sq, s8 = _strides(qz.q, layout), _strides(q8, layout)
-        _launch_quant(
-            _fp8_kernels._xrt_attn_quant_rows, (q_blocks, g.batch * g.heads),
-            hopper.FP8_QUERY_BLOCK, g.head_dim,
-            (qz.q, q8, q_scale, qz.q, q_scale, qz.q,
-             sq.batch, sq.seq, sq.head, s8.batch, s8.seq, s8.head,
-             q_scale.stride(0), q_scale.stride(1), 0, 0, 0, 0, 0, 0, g.seqlen_q, g.heads),
-            {"HEAD_DIM": g.head_dim, "BLOCK": hopper.FP8_QUERY_BLOCK, "VARLEN": False,
-             "VALUE_MAX": False},
-        )  # fmt: skip
-        query = "query per 64 rows"
-    else:
-        q8 = qz.q
-        q_scale = qz.q_scale.expand(g.batch, g.heads, q_blocks).contiguous()
-        query = ""
-    k_blocks = _cdiv(g.seqlen_k, qz.block)
-    scales = hopper.Fp8Scales(
-        q=q_scale,
-        k=qz.k_scale.expand(g.batch, g.kv_heads, k_blocks).contiguous(),
-        v=qz.v_scale.expand(g.batch, g.kv_heads, g.head_dim).contiguous(),
-        k_block=qz.block,
-    )
-    config, twin = hopper.hopper_fp8_forward(
-        _bhsd(layout, q8), _bhsd(layout, qz.k), _whole_groups(qz.vt), scales,
-        causal=causal, scale=scale, out=_bhsd(layout, out), lse=lse,
+    query = _hopper_query(qz, g, layout, None)
+    if query is None:  # only a kept kernel given returns None
+        raise XpuRuntimeError("fp8 attention: the query's quantization launched nothing")
+    q8, q_scale, quant = query
+    config, twin, relaunch = hopper.hopper_fp8_forward(
+        _bhsd(layout, q8), _bhsd(layout, qz.k), _whole_groups(qz.vt),
+        _hopper_scales(qz, g, q_scale), causal=causal, scale=scale, out=_bhsd(layout, out),
+        lse=lse,
     )  # fmt: skip
-    scaling = qz.scaling.replace("query per row", query) if query else qz.scaling
-    return f"{HOPPER_DETAIL} (warp-specialised, {config.name}{twin}) ({scaling})"
+    scaling = qz.scaling
+    if qz.q_scale is None:
+        scaling = scaling.replace("query per row", "query per 64 rows")
+    detail = f"{HOPPER_DETAIL} (warp-specialised, {config.name}{twin}) ({scaling})"
+    quantized_here = qz.q_scale is None
+    if relaunch is None or (quantized_here and quant is None):
+        return detail, None
+    return detail, _Repeat(layout, g, quant, relaunch, detail)
 
 
 def _scale_strides(x: torch.Tensor) -> tuple[int, int, int]:
@@ -488,7 +610,15 @@ def forward(
 ) -> tuple[torch.Tensor, torch.Tensor, str]:
     """(output, log-sum-exp, detail) of attention on quantized inputs; as
     :func:`launch.forward`, the output in ``qz.out_dtype``."""
-    _interpreted()  # applies the interpreter's float8 fix before a CPU run
+    interpreted = _interpreted()  # applies the interpreter's float8 fix before a CPU run
+    repeat_key = (
+        None if interpreted else _repeat_key(qz, causal, scale, layout, varlen, stream, tiles)
+    )
+    if repeat_key is not None:
+        repeat = _REPEATS.get(repeat_key)
+        repeated = None if repeat is None else repeat.run(qz)
+        if repeated is not None:
+            return repeated
     q, k, vt = qz.q, qz.k, qz.vt
     g: _Geometry = _geometry(q, k, layout, varlen)
     scale = 1.0 / math.sqrt(g.head_dim) if scale is None else float(scale)
@@ -504,14 +634,17 @@ def forward(
     _check_offsets("key", k, sk, g.seqlen_k)
     if g.batch * g.heads == 0 or g.seqlen_q == 0:
         return out, lse.fill_(float("-inf")), "empty input"
-    from xpuruntime.kernels.attention.launch import _capability
-
     hopper_reason = ""
-    if not _interpreted() and _capability(q.device) == (9, 0):
+    if not interpreted and _capability(q.device) == (9, 0):
         hopper_reason = _hopper_call_reason(qz, g, layout, varlen, tiles)
         if not hopper_reason:
             with on_device(q.device, stream):
-                return out, lse, _hopper_forward(qz, g, layout, out, lse, causal, scale)
+                detail, repeat = _hopper_forward(qz, g, layout, out, lse, causal, scale)
+            if repeat_key is not None and repeat is not None:
+                if len(_REPEATS) >= _REPEATS_BOUND:
+                    _REPEATS.clear()
+                _REPEATS[repeat_key] = repeat
+            return out, lse, detail
     cu_q = varlen.cu_seqlens_q if varlen else q  # unused pointer when dense
     cu_k = varlen.cu_seqlens_k if varlen else q
     vs = qz.v_scale

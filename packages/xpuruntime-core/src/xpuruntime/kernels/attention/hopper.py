@@ -83,6 +83,7 @@ __all__ = [
     "HEAD_DIMS",
     "VARIANT_ENV",
     "ForwardRun",
+    "Fp8Relaunch",
     "Fp8Scales",
     "Variant",
     "hopper_attention_forward",
@@ -1114,6 +1115,38 @@ def _checked_fp8_variant(head_dim: int, name: str) -> Variant:
     return config
 
 
+@dataclass(frozen=True, slots=True)
+class Fp8Relaunch:
+    """An fp8 launch to repeat on other tensors of the same shapes, strides, dtypes and
+    16-byte alignment (the caller's key must guarantee it, as :func:`_repeat_key` does for
+    the 16-bit forward): :meth:`launch` runs the same variant with the same schedule and grid
+    through the kept kernel, skipping the checks, the choice and the launcher's cache key."""
+
+    config: Variant
+    dims: _Dims
+    scale: float
+    sched: torch.Tensor | None
+    kept: gluon_launch.Kept
+    grid: tuple[int, ...]
+    section: int
+
+    def launch(
+        self,
+        q8: torch.Tensor,
+        k8: torch.Tensor,
+        vt8: torch.Tensor,
+        scales: Fp8Scales,
+        out: torch.Tensor,
+        lse: torch.Tensor,
+    ) -> None:
+        """Launch on the current stream, with :func:`hopper_fp8_forward`'s arguments."""
+        args = _kernel_args(
+            self.config, self.dims, q8, k8, vt8, out, lse, self.scale, None, scales,
+            self.sched, self.section,
+        )  # fmt: skip
+        self.kept.launch(self.grid, args)
+
+
 def hopper_fp8_forward(
     q8: torch.Tensor,
     k8: torch.Tensor,
@@ -1125,9 +1158,11 @@ def hopper_fp8_forward(
     out: torch.Tensor,
     lse: torch.Tensor,
     variant: str | None = None,
-) -> tuple[Variant, str]:
-    """Attention on e4m3 inputs into ``out`` and ``lse``; returns the variant that ran and
-    what the detail adds about it ('' or why a persistent variant ran as its ``_l`` twin).
+) -> tuple[Variant, str, Fp8Relaunch | None]:
+    """Attention on e4m3 inputs into ``out`` and ``lse``; returns the variant that ran, what
+    the detail adds about it ('' or why a persistent variant ran as its ``_l`` twin) and the
+    launch to repeat (None where none can be: no kept kernel, or the twin, which ran only for
+    want of a schedule during a graph capture).
 
     ``q8`` (batch, heads, seqlen_q, head_dim) and ``k8`` (batch, kv_heads, seqlen_k,
     head_dim) are e4m3 views whose last dimension is contiguous; ``vt8`` is the value
@@ -1153,5 +1188,8 @@ def hopper_fp8_forward(
             f"key blocks of {config.block_n} (variant {config.name})"
         )
     config, sched, twin = _scheduled(config, d, causal, q8)
-    _launch(config, d, q8, k8, vt8, out, lse, causal, scale, None, scales, sched)
-    return config, twin
+    launched = _launch(config, d, q8, k8, vt8, out, lse, causal, scale, None, scales, sched)
+    if launched.kept is None or twin:
+        return config, twin, None
+    relaunch = Fp8Relaunch(config, d, scale, sched, launched.kept, launched.grid, launched.section)
+    return config, twin, relaunch
