@@ -177,8 +177,11 @@ def main() -> int:
                     (out_dir / f"{label.replace(' ', '_')}.err").write_text(str(error))
                     continue
                 # Two CTAs an SM (o2) leave 104-112 registers a consumer: their spills of up
-                # to 64 bytes are known and measured (docs/attention.md), not a failure.
+                # to 64 bytes are known and measured (docs/attention.md), not a failure; nor
+                # are the sums' GEMM's (u) scalars, spilled outside the key-block loop.
                 allowed = O2_SPILL_BYTES if variant.ctas_per_sm == 2 else 0
+                if variant.sum_mma:
+                    allowed = U_SPILL_BYTES
                 failures += report(label, name, ptx, meta, out_dir, args.sass, allowed)
     print(f"outputs in {out_dir}; {failures} failing configuration(s)")
     return 1 if failures else 0
@@ -186,6 +189,9 @@ def main() -> int:
 
 #: Spill bytes an ``o2`` variant may show (ptxas, 80 registers at launch): 32-64 measured.
 O2_SPILL_BYTES = 64
+#: Spill bytes a ``u`` variant may show: 12-20 measured at full attention (scalars kept
+#: across the key-block loop, reloaded outside it; the loop itself spills nothing).
+U_SPILL_BYTES = 24
 
 
 def report(

@@ -329,7 +329,9 @@ def test_one_gemm_in_flight_is_a_flag_of_its_own_that_the_kernel_receives() -> N
         hopper.parse_variant("m64n64s2np_g1o2")
 
 
-def test_sums_by_the_tensor_cores_are_an_fp8_flag_the_kernel_receives() -> None:
+def test_sums_by_the_tensor_cores_are_an_fp8_flag_the_kernel_receives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """``u`` (the rows' sums of P by a GEMM against tiles of ones) parses last among the
     flags, round-trips, reaches the fp8 kernel as ``SUM_MMA`` with its tiles' rows, adds
     those tiles (one per ring stage) to the shared memory, and is refused for 16-bit calls,
@@ -357,6 +359,7 @@ def test_sums_by_the_tensor_cores_are_an_fp8_flag_the_kernel_receives() -> None:
         assert constants["SUM_COLUMNS"] == hopper.SUM_COLUMNS
         with pytest.raises(InvalidArgumentError, match="fp8 kernel"):
             hopper.kernel_constants(variant, 128, False, varlen=False, k_scale_block=None)
+    monkeypatch.delenv(hopper.FP8_VARIANT_ENV, raising=False)
     default = hopper.fp8_variant(128)
     assert default.name == "m64n128s3pp_pru"
     assert hopper.kernel_constants(default, 128, False, varlen=False, k_scale_block=128)["SUM_MMA"]

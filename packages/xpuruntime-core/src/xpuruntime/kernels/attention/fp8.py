@@ -57,7 +57,7 @@ from xpuruntime.kernels.attention.tiles import (
     fp8_candidates,
     interpreter_tiles,
 )
-from xpuruntime.runtime.errors import InvalidArgumentError, XpuRuntimeError
+from xpuruntime.runtime.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from xpuruntime.kernels.attention.hopper import Fp8Relaunch, Fp8Scales
@@ -99,6 +99,10 @@ HOPPER_KEY_ORDER = tuple(sorted(range(_KEY_GROUP), key=_hopper_position))
 #: 1.03-1.04x the Triton one at 2048 keys, but the product path (``attention_fp8_bench.py``,
 #: the twenty-first stop) had it at 0.91x full and 0.72x causal there, 1.00 / 1.04x at 4096
 #: and 1.11 / 1.05x at 16384 (docs/attention.md); so the Gluon kernel takes calls from 4096.
+#: With ``_pru`` (the default since the twenty-sixth stop) the bench's every-variant sweep at
+#: 2048 keys had the Gluon kernel at 578 / 290 TFLOP/s full / causal against the Triton one's
+#: 612 / 420, though kernels alone it is 1.07-1.17x our bf16 forward there: not explained,
+#: so the bound stays.
 HOPPER_MIN_KEYS = 4096
 
 
@@ -256,7 +260,8 @@ def _launch_quant(
     larger tiles keep registers bounded) on the current device and stream. On a GPU its
     compiled kernel is kept and launched again without the JIT's per-call work
     (:mod:`.gluon_launch`): on an H200 that work took longer than the kernels themselves at
-    4096 keys (docs/attention.md). Returns the kept kernel (None under the interpreter)."""
+    4096 keys (docs/attention.md). Returns the kept kernel (None under the interpreter, or
+    for a kernel with Triton pre-run hooks, which only the JIT runs)."""
     warps = 8 if block * head_dim > 8192 else 4
     if _interpreting():
         device = next(a for a in args if isinstance(a, torch.Tensor)).device
@@ -428,40 +433,48 @@ def _hopper_call_reason(
     return ""
 
 
-def _hopper_query(
-    qz: Quantized, g: _Geometry, layout: Layout, kept: gluon_launch.Kept | None
-) -> tuple[torch.Tensor, torch.Tensor, gluon_launch.Kept | None] | None:
-    """The Gluon Hopper kernel's e4m3 query and its scales per 64 rows: a float16/bfloat16
-    query quantized here (through ``kept``, the kernel an earlier call of the same key kept,
-    where given), an e4m3 one as it is with its scale broadcast. Returns them with the kept
-    quantization kernel, or None (nothing launched) where ``kept`` is given and a new
-    allocation is not 16-byte aligned as it takes them (an allocator other than PyTorch's)."""
+def _hopper_query(qz: Quantized, g: _Geometry) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Gluon Hopper kernel's e4m3 query and its scales per 64 rows: for a 16-bit query
+    new buffers, which :func:`_quantize_query` fills; for an e4m3 one the query as it is,
+    with its scale broadcast."""
     from xpuruntime.kernels.attention import hopper
 
     q_blocks = _cdiv(g.seqlen_q, hopper.FP8_QUERY_BLOCK)
     if qz.q_scale is not None:
-        return qz.q, qz.q_scale.expand(g.batch, g.heads, q_blocks).contiguous(), None
+        return qz.q, qz.q_scale.expand(g.batch, g.heads, q_blocks).contiguous()
     q8 = torch.empty(qz.q.shape, dtype=FP8, device=qz.q.device)
-    q_scale = torch.empty((g.batch, g.heads, q_blocks), dtype=torch.float32, device=q8.device)
+    return q8, torch.empty((g.batch, g.heads, q_blocks), dtype=torch.float32, device=q8.device)
+
+
+def _quantize_query(
+    qz: Quantized,
+    g: _Geometry,
+    layout: Layout,
+    q8: torch.Tensor,
+    q_scale: torch.Tensor,
+    kept: gluon_launch.Kept | None,
+) -> gluon_launch.Kept | None:
+    """Quantize the 16-bit query into ``q8`` and ``q_scale`` (one scale per 64 rows): through
+    ``kept``, the kernel an earlier call of the same key kept, where given; returns the kept
+    kernel (None where none is kept: :func:`_launch_quant`)."""
+    from xpuruntime.kernels.attention import hopper
+
     sq, s8 = _strides(qz.q, layout), _strides(q8, layout)
-    grid = (q_blocks, g.batch * g.heads)
+    grid = (q_scale.shape[2], g.batch * g.heads)
     args = (
         qz.q, q8, q_scale, qz.q, q_scale, qz.q,
         sq.batch, sq.seq, sq.head, s8.batch, s8.seq, s8.head,
         q_scale.stride(0), q_scale.stride(1), 0, 0, 0, 0, 0, 0, g.seqlen_q, g.heads,
     )  # fmt: skip
     if kept is not None:
-        if (q8.data_ptr() | q_scale.data_ptr()) % 16:
-            return None
         kept.launch(grid, args)
-        return q8, q_scale, kept
+        return kept
     constants = {
         "HEAD_DIM": g.head_dim, "BLOCK": hopper.FP8_QUERY_BLOCK, "VARLEN": False,
         "VALUE_MAX": False,
     }  # fmt: skip
     kernel = _fp8_kernels._xrt_attn_quant_rows
-    kept = _launch_quant(kernel, grid, hopper.FP8_QUERY_BLOCK, g.head_dim, args, constants)
-    return q8, q_scale, kept
+    return _launch_quant(kernel, grid, hopper.FP8_QUERY_BLOCK, g.head_dim, args, constants)
 
 
 def _hopper_scales(qz: Quantized, g: _Geometry, q_scale: torch.Tensor) -> Fp8Scales:
@@ -493,20 +506,22 @@ class _Repeat:
     detail: str
 
     def run(self, qz: Quantized) -> tuple[torch.Tensor, torch.Tensor, str] | None:
-        """The repeated call's result; None (nothing launched) where a new allocation is not
-        16-byte aligned as the kept kernels take it: the caller then decides afresh."""
+        """The repeated call's result; None (neither kept kernel launched) where a new
+        allocation is not 16-byte aligned as the kept kernels take it (an allocator other
+        than PyTorch's): the caller then decides afresh."""
         g, layout = self.g, self.layout
         out = torch.empty(qz.q.shape, dtype=qz.out_dtype, device=qz.q.device)
         lse = torch.empty((g.batch, g.heads, g.seqlen_q), dtype=torch.float32, device=out.device)
-        if (out.data_ptr() | lse.data_ptr()) % 16:
+        q8, q_scale = _hopper_query(qz, g)
+        scales = _hopper_scales(qz, g, q_scale)
+        fresh = (out, lse, q8, scales.q, scales.k, scales.v)
+        if any(x.data_ptr() % 16 for x in fresh):
             return None
-        query = _hopper_query(qz, g, layout, self.quant)
-        if query is None:
-            return None
-        q8, q_scale, _ = query
+        if self.quant is not None:
+            _quantize_query(qz, g, layout, q8, q_scale, self.quant)
         self.attention.launch(
-            _bhsd(layout, q8), _bhsd(layout, qz.k), _whole_groups(qz.vt),
-            _hopper_scales(qz, g, q_scale), _bhsd(layout, out), lse,
+            _bhsd(layout, q8), _bhsd(layout, qz.k), _whole_groups(qz.vt), scales,
+            _bhsd(layout, out), lse,
         )  # fmt: skip
         return out, lse, self.detail
 
@@ -550,13 +565,12 @@ def _repeat_key(
     if pointers % 16 or qz.q.device.index != torch.cuda.current_device():
         return None
     settings = gluon_launch.relaunch_key(_hopper_kernels._xrt_attn_fwd_hopper)
-    quant_settings = gluon_launch.relaunch_key(_fp8_kernels._xrt_attn_quant_rows)
-    if settings is None or quant_settings is None:
+    if settings is None or gluon_launch.relaunch_key(_fp8_kernels._xrt_attn_quant_rows) is None:
         return None
     return (
         tuple([(x.shape, x.stride(), x.dtype) for x in tensors]), qz.q_scale is None,
         qz.q.device, qz.block, qz.key_order, qz.out_dtype, qz.scaling, causal, scale, layout,
-        os.environ.get(hopper.FP8_VARIANT_ENV), HOPPER_MIN_KEYS, settings, quant_settings,
+        os.environ.get(hopper.FP8_VARIANT_ENV), HOPPER_MIN_KEYS, settings,
     )  # fmt: skip
 
 
@@ -571,23 +585,21 @@ def _hopper_forward(
 ) -> tuple[str, _Repeat | None]:
     """Run the Gluon Hopper fp8 kernel (a float16/bfloat16 query quantized first, one
     scale per 64 rows); returns the detail and what a repeated call launches again (None
-    where nothing was kept)."""
+    where it cannot: a kernel not kept, or the ``_l`` twin run during a graph capture)."""
     from xpuruntime.kernels.attention import hopper
 
-    query = _hopper_query(qz, g, layout, None)
-    if query is None:  # only a kept kernel given returns None
-        raise XpuRuntimeError("fp8 attention: the query's quantization launched nothing")
-    q8, q_scale, quant = query
+    q8, q_scale = _hopper_query(qz, g)
+    quantized_here = qz.q_scale is None
+    quant = _quantize_query(qz, g, layout, q8, q_scale, None) if quantized_here else None
     config, twin, relaunch = hopper.hopper_fp8_forward(
         _bhsd(layout, q8), _bhsd(layout, qz.k), _whole_groups(qz.vt),
         _hopper_scales(qz, g, q_scale), causal=causal, scale=scale, out=_bhsd(layout, out),
         lse=lse,
     )  # fmt: skip
     scaling = qz.scaling
-    if qz.q_scale is None:
+    if quantized_here:
         scaling = scaling.replace("query per row", "query per 64 rows")
     detail = f"{HOPPER_DETAIL} (warp-specialised, {config.name}{twin}) ({scaling})"
-    quantized_here = qz.q_scale is None
     if relaunch is None or (quantized_here and quant is None):
         return detail, None
     return detail, _Repeat(layout, g, quant, relaunch, detail)
@@ -639,11 +651,11 @@ def forward(
         hopper_reason = _hopper_call_reason(qz, g, layout, varlen, tiles)
         if not hopper_reason:
             with on_device(q.device, stream):
-                detail, repeat = _hopper_forward(qz, g, layout, out, lse, causal, scale)
-            if repeat_key is not None and repeat is not None:
+                detail, launched = _hopper_forward(qz, g, layout, out, lse, causal, scale)
+            if repeat_key is not None and launched is not None:
                 if len(_REPEATS) >= _REPEATS_BOUND:
                     _REPEATS.clear()
-                _REPEATS[repeat_key] = repeat
+                _REPEATS[repeat_key] = launched
             return out, lse, detail
     cu_q = varlen.cu_seqlens_q if varlen else q  # unused pointer when dense
     cu_k = varlen.cu_seqlens_k if varlen else q

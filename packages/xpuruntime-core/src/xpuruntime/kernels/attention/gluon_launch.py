@@ -5,10 +5,10 @@ Triton's JIT binds the arguments, computes a cache key and looks the compiled ke
 every call; a Gluon host TMA descriptor validates itself on construction; the compiled
 kernel's ``[grid]`` wrapper builds launch metadata. Here the first call of a kind goes
 through the JIT, which compiles, caches and launches, and returns the compiled kernel; it is
-kept under a key holding everything that JIT specialises on (the constants, the warps, each
-tensor's dtype and 16-byte alignment, each integer's being 1, divisible by 16 or past 32
-bits, each descriptor's dtype, block and layout), so a call the JIT would compile anew still
-goes through it. Later calls launch the kept kernel (:class:`Kept`) through Triton's
+kept under a key holding everything that JIT specialises on (the constants, the warps and
+pipeline stages, each tensor's dtype and 16-byte alignment, each integer's being 1, divisible
+by 16 or past 32 bits, each descriptor's dtype, block and layout), so a call the JIT would
+compile anew still goes through it. Later calls launch the kept kernel (:class:`Kept`) through Triton's
 compiled C launcher without its Python wrappers (:class:`_Direct`), or, where that launcher
 is laid out otherwise, through ``CompiledKernel.run`` with light descriptor arguments; a
 caller that knows from a key of its own that a call specialises as an earlier one did
@@ -372,8 +372,8 @@ class Kept:
         )  # fmt: skip
 
 
-#: (kernel, device, constants, warps, Triton's debug and instrumentation settings, the
-#: arguments' specialisations) -> the compiled kernel and its constant arguments' values in
+#: (kernel, device, constants, warps, pipeline stages, registers, Triton's debug and
+#: instrumentation settings, the arguments' specialisations) -> the compiled kernel and its constant arguments' values in
 #: the kernel's order.
 _compiled: dict[tuple[Any, ...], Kept] = {}
 

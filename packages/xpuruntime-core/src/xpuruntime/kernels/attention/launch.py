@@ -193,14 +193,7 @@ def set_tuning(enabled: bool) -> None:
 def _capability(device: torch.device) -> tuple[int, int]:
     if device.type != "cuda":
         return (0, 0)
-    return _capability_of(torch.cuda.current_device() if device.index is None else device.index)
-
-
-@functools.cache
-def _capability_of(index: int) -> tuple[int, int]:
-    # Cached: torch's query costs microseconds on every call, and a device's never changes.
-    major, minor = torch.cuda.get_device_capability(index)
-    return int(major), int(minor)
+    return hopper._capability(torch.cuda.current_device() if device.index is None else device.index)
 
 
 def _candidates(pass_: Pass, head_dim: int, device: torch.device) -> tuple[TileConfig, ...]:
