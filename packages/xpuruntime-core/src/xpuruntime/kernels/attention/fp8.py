@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from xpuruntime.kernels.attention import _fp8_kernels, gluon_launch
+from xpuruntime.kernels.attention.hopper import _capability
 from xpuruntime.kernels.attention.launch import (
     Layout,
     Varlen,
     _bhsd,
-    _capability,
     _cdiv,
     _check_offsets,
     _Geometry,

@@ -459,7 +459,7 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: bool = Fal
         raise InvalidArgumentError(
             "hopper attention: query, key and value are on different devices"
         )
-    major, minor = _capability(q.device.index if q.device.index is not None else -1)
+    major, minor = _capability(q.device)
     if (major, minor) != (9, 0):
         raise UnsupportedOperationError(
             f"hopper attention is compiled for sm_90a (H100/H200); {q.device} is compute "
@@ -535,15 +535,22 @@ def _packed_lengths(
     return cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), lengths[0], lengths[1]
 
 
-@functools.cache
-def _capability(device_index: int) -> tuple[int, int]:
-    """The device's compute capability (asked once per device: the launcher's host time is
-    most of a short call's)."""
+def _capability(device: torch.device) -> tuple[int, int]:
+    """The device's compute capability, (0, 0) off CUDA (asked once per device: the
+    launcher's host time is most of a short call's)."""
     import torch
 
-    index = torch.cuda.current_device() if device_index < 0 else device_index
+    if device.type != "cuda":
+        return (0, 0)
+    return _capability_of(torch.cuda.current_device() if device.index is None else device.index)
+
+
+@functools.cache
+def _capability_of(index: int) -> tuple[int, int]:
+    import torch
+
     major, minor = torch.cuda.get_device_capability(index)
-    return major, minor
+    return int(major), int(minor)
 
 
 @functools.cache

@@ -29,6 +29,7 @@ import torch
 import triton
 
 from xpuruntime.kernels.attention import _kernels, hopper, hopper_bwd
+from xpuruntime.kernels.attention.hopper import _capability
 from xpuruntime.kernels.attention.streams import on_device
 from xpuruntime.kernels.attention.tiles import Pass, TileConfig, candidates, interpreter_tiles
 from xpuruntime.runtime.errors import UnsupportedOperationError, XpuRuntimeError
@@ -188,12 +189,6 @@ def set_tuning(enabled: bool) -> None:
     candidate that compiles). Already chosen cases keep their choice."""
     global _tuning
     _tuning = enabled
-
-
-def _capability(device: torch.device) -> tuple[int, int]:
-    if device.type != "cuda":
-        return (0, 0)
-    return hopper._capability(torch.cuda.current_device() if device.index is None else device.index)
 
 
 def _candidates(pass_: Pass, head_dim: int, device: torch.device) -> tuple[TileConfig, ...]:
@@ -509,7 +504,7 @@ def _hopper_backward_unsupported(q: torch.Tensor, layout: Layout, batch: int) ->
         return f"the Hopper backward supports head sizes {sizes}, not {q.shape[-1]}"
     if q.device.type != "cuda":
         return f"the Hopper backward runs on CUDA sm_90 GPUs, not {q.device}"
-    major, minor = hopper._capability(q.device.index if q.device.index is not None else -1)
+    major, minor = _capability(q.device)
     if (major, minor) != (9, 0):
         return f"the Hopper backward runs on sm_90 GPUs, not compute capability {major}.{minor}"
     heads = q.shape[2 if layout == "bshd" else 1]
