@@ -654,11 +654,14 @@ def test_hopper_launches_after_the_first_run_the_kept_kernel_and_call_launch_hoo
             return super().launch(sources)
 
     for key, repeat in repeats.items():
-        counting = Counting(repeat.kept.kernel, repeat.kept.constant_values, repeat.kept.device)
-        bound = repeat.bound
+        relaunch = repeat.relaunch
+        kept = relaunch.kept
+        counting = Counting(kept.kernel, kept.constant_values, kept.device)
+        bound = relaunch.bound
         if bound is not None:
             bound = CountingBound(bound.direct, bound.device, bound.final, bound.slots)
-        hopper._REPEATS[key] = dataclasses.replace(repeat, kept=counting, bound=bound)
+        counted = dataclasses.replace(relaunch, kept=counting, bound=bound)
+        hopper._REPEATS[key] = dataclasses.replace(repeat, relaunch=counted)
     record = ExecutionRecord(kind="inference")
     try:
         again = ops.attention(q, k, v, layout="bhsd", policy=HOPPER_PIN, record=record)

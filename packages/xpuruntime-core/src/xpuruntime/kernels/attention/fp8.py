@@ -60,7 +60,7 @@ from xpuruntime.kernels.attention.tiles import (
 from xpuruntime.runtime.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from xpuruntime.kernels.attention.hopper import Fp8Relaunch, Fp8Scales
+    from xpuruntime.kernels.attention.hopper import Fp8Scales, Relaunch
 
 __all__ = [
     "HOPPER_DETAIL",
@@ -446,19 +446,29 @@ def _hopper_query(qz: Quantized, g: _Geometry) -> tuple[torch.Tensor, torch.Tens
     return q8, torch.empty((g.batch, g.heads, q_blocks), dtype=torch.float32, device=q8.device)
 
 
-def _quantize_query(
-    qz: Quantized,
-    g: _Geometry,
-    layout: Layout,
-    q8: torch.Tensor,
-    q_scale: torch.Tensor,
-    kept: gluon_launch.Kept | None,
-) -> gluon_launch.Kept | None:
-    """Quantize the 16-bit query into ``q8`` and ``q_scale`` (one scale per 64 rows): through
-    ``kept``, the kernel an earlier call of the same key kept, where given; returns the kept
-    kernel (None where none is kept: :func:`_launch_quant`)."""
-    from xpuruntime.kernels.attention import hopper
+@dataclass(frozen=True, slots=True)
+class _QueryQuant:
+    """The query's quantization kernel as the first call of a key launched it, to launch
+    again (:meth:`launch`): through ``bound``, the launch laid out with the 16-bit query,
+    the e4m3 query and its scales as sources (None where the kernel does not launch
+    directly), else through ``kept`` with the arguments built anew."""
 
+    kept: gluon_launch.Kept
+    bound: gluon_launch.Bound | None
+
+    def launch(
+        self, qz: Quantized, g: _Geometry, layout: Layout, q8: torch.Tensor, q_scale: torch.Tensor
+    ) -> None:
+        """Quantize ``qz``'s query into ``q8`` and ``q_scale`` on the current stream."""
+        if self.bound is None or not self.bound.launch((qz.q, q8, q_scale)):
+            self.kept.launch(*_query_quant_launch(qz, g, layout, q8, q_scale))
+
+
+def _query_quant_launch(
+    qz: Quantized, g: _Geometry, layout: Layout, q8: torch.Tensor, q_scale: torch.Tensor
+) -> tuple[tuple[int, int], tuple[Any, ...]]:
+    """The grid and runtime arguments of the query's quantization into ``q8`` and ``q_scale``
+    (one scale per 64 rows)."""
     sq, s8 = _strides(qz.q, layout), _strides(q8, layout)
     grid = (q_scale.shape[2], g.batch * g.heads)
     args = (
@@ -466,15 +476,26 @@ def _quantize_query(
         sq.batch, sq.seq, sq.head, s8.batch, s8.seq, s8.head,
         q_scale.stride(0), q_scale.stride(1), 0, 0, 0, 0, 0, 0, g.seqlen_q, g.heads,
     )  # fmt: skip
-    if kept is not None:
-        kept.launch(grid, args)
-        return kept
+    return grid, args
+
+
+def _quantize_query(
+    qz: Quantized, g: _Geometry, layout: Layout, q8: torch.Tensor, q_scale: torch.Tensor
+) -> _QueryQuant | None:
+    """Quantize the 16-bit query into ``q8`` and ``q_scale`` (one scale per 64 rows); returns
+    the launch to repeat (None where no kernel is kept: :func:`_launch_quant`)."""
+    from xpuruntime.kernels.attention import hopper
+
+    grid, args = _query_quant_launch(qz, g, layout, q8, q_scale)
     constants = {
         "HEAD_DIM": g.head_dim, "BLOCK": hopper.FP8_QUERY_BLOCK, "VARLEN": False,
         "VALUE_MAX": False,
     }  # fmt: skip
     kernel = _fp8_kernels._xrt_attn_quant_rows
-    return _launch_quant(kernel, grid, hopper.FP8_QUERY_BLOCK, g.head_dim, args, constants)
+    kept = _launch_quant(kernel, grid, hopper.FP8_QUERY_BLOCK, g.head_dim, args, constants)
+    if kept is None:
+        return None
+    return _QueryQuant(kept, kept.bind(grid, args, (qz.q, q8, q_scale)))
 
 
 def _hopper_scales(qz: Quantized, g: _Geometry, q_scale: torch.Tensor) -> Fp8Scales:
@@ -501,8 +522,8 @@ class _Repeat:
 
     layout: Layout
     g: _Geometry
-    quant: gluon_launch.Kept | None
-    attention: Fp8Relaunch
+    quant: _QueryQuant | None
+    attention: Relaunch
     detail: str
 
     def run(self, qz: Quantized) -> tuple[torch.Tensor, torch.Tensor, str] | None:
@@ -518,10 +539,10 @@ class _Repeat:
         if any(x.data_ptr() % 16 for x in fresh):
             return None
         if self.quant is not None:
-            _quantize_query(qz, g, layout, q8, q_scale, self.quant)
+            self.quant.launch(qz, g, layout, q8, q_scale)
         self.attention.launch(
-            _bhsd(layout, q8), _bhsd(layout, qz.k), _whole_groups(qz.vt), scales,
-            _bhsd(layout, out), lse,
+            _bhsd(layout, q8), _bhsd(layout, qz.k), _whole_groups(qz.vt), _bhsd(layout, out),
+            lse, scales,
         )  # fmt: skip
         return out, lse, self.detail
 
@@ -590,7 +611,7 @@ def _hopper_forward(
 
     q8, q_scale = _hopper_query(qz, g)
     quantized_here = qz.q_scale is None
-    quant = _quantize_query(qz, g, layout, q8, q_scale, None) if quantized_here else None
+    quant = _quantize_query(qz, g, layout, q8, q_scale) if quantized_here else None
     config, twin, relaunch = hopper.hopper_fp8_forward(
         _bhsd(layout, q8), _bhsd(layout, qz.k), _whole_groups(qz.vt),
         _hopper_scales(qz, g, q_scale), causal=causal, scale=scale, out=_bhsd(layout, out),

@@ -83,8 +83,8 @@ __all__ = [
     "HEAD_DIMS",
     "VARIANT_ENV",
     "ForwardRun",
-    "Fp8Relaunch",
     "Fp8Scales",
+    "Relaunch",
     "Variant",
     "hopper_attention_forward",
     "hopper_attention_forward_run",
@@ -839,24 +839,81 @@ class ForwardRun:
 
 
 @dataclass(frozen=True, slots=True)
-class _Repeat:
-    """What a dense forward call decided and launched, for the next call with the same
-    :func:`_repeat_key`: that call runs the same variant with the same schedule and grid
-    (``grid``, and ``section``, :func:`_grid`'s) through the kept kernel, skipping the checks,
-    the choice and the launcher's cache key (their host time was most of a short call's);
-    through ``bound``, the first call's launch laid out for the C launcher with the query,
-    key, value, output and log-sum-exp as its sources, it also skips building the
-    arguments (None where the kernel does not launch directly)."""
+class Relaunch:
+    """A launch to repeat on other tensors of the same shapes, strides, dtypes and 16-byte
+    alignment (the caller's key must guarantee it, as :func:`_repeat_key` does for the
+    16-bit forward and :func:`.fp8._repeat_key` for the fp8 one): :meth:`launch` runs the
+    same variant with the same schedule and grid (``grid``, and ``section``, :func:`_grid`'s)
+    through the kept kernel, skipping the checks, the choice and the launcher's cache key
+    (their host time was most of a short call's); through ``bound``, the first launch laid
+    out for the C launcher with the tensors :func:`_sources` names as its sources, it also
+    skips building the arguments (None where the kernel does not launch directly)."""
 
     config: Variant
     dims: _Dims
     scale: float
     sched: torch.Tensor | None
     kept: gluon_launch.Kept
-    why: str
     grid: tuple[int, ...]
     section: int
     bound: gluon_launch.Bound | None
+
+    def launch(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        out: torch.Tensor,
+        lse: torch.Tensor,
+        fp8: Fp8Scales | None = None,
+    ) -> None:
+        """Launch on the current stream with :func:`_launch`'s tensors (dense)."""
+        bound = self.bound
+        if bound is None or not bound.launch(_sources(q, k, v, out, lse, fp8)):
+            args = _kernel_args(
+                self.config, self.dims, q, k, v, out, lse, self.scale, None, fp8, self.sched,
+                self.section,
+            )  # fmt: skip
+            self.kept.launch(self.grid, args)
+
+
+def _sources(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    fp8: Fp8Scales | None,
+) -> tuple[torch.Tensor, ...]:
+    """The tensors a :class:`Relaunch`'s bound launch takes anew each time."""
+    return (q, k, v, out, lse) if fp8 is None else (q, k, v, out, lse, fp8.q, fp8.k, fp8.v)
+
+
+def _relaunch(
+    config: Variant,
+    d: _Dims,
+    scale: float,
+    sched: torch.Tensor | None,
+    launched: _Launched,
+    sources: tuple[torch.Tensor, ...],
+) -> Relaunch | None:
+    """The :class:`Relaunch` of a dense launch on ``sources`` (:func:`_sources`); None where
+    no kernel was kept."""
+    kept = launched.kept
+    if kept is None:
+        return None
+    bound = kept.bind(launched.grid, launched.args, sources)
+    return Relaunch(config, d, scale, sched, kept, launched.grid, launched.section, bound)
+
+
+@dataclass(frozen=True, slots=True)
+class _Repeat:
+    """What a dense forward call decided and launched, for the next call with the same
+    :func:`_repeat_key`: that call runs :attr:`relaunch` on its tensors and reports ``why``
+    as the first call did."""
+
+    relaunch: Relaunch
+    why: str
 
     def run(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None
@@ -866,19 +923,13 @@ class _Repeat:
         default): the caller then decides afresh."""
         import torch
 
-        d = self.dims
+        d = self.relaunch.dims
         target = torch.empty_like(q) if out is None else out
         lse = q.new_empty((d.batch, d.heads, d.seqlen_q), dtype=torch.float32)
         if (target.data_ptr() | lse.data_ptr()) % 16:
             return None
-        bound = self.bound
-        if bound is None or not bound.launch((q, k, v, target, lse)):
-            args = _kernel_args(
-                self.config, d, q, k, v, target, lse, self.scale, None, None, self.sched,
-                self.section,
-            )  # fmt: skip
-            self.kept.launch(self.grid, args)
-        return ForwardRun(target, lse, self.config, self.why)
+        self.relaunch.launch(q, k, v, target, lse)
+        return ForwardRun(target, lse, self.relaunch.config, self.why)
 
 
 #: Dense calls' decisions by :func:`_repeat_key`; emptied when it reaches the bound, so a
@@ -1073,15 +1124,14 @@ def hopper_attention_forward_run(
             # The next call with this key repeats this one, if this one ran on the tensors as
             # given (no copy for TMA) and its choice holds outside a graph capture.
             as_given = q4 is q and k4 is k and v4 is v and (out is None or target is out)
-            kept = launched.kept
-            if repeat_key is not None and kept is not None and as_given and not twin:
-                if len(_REPEATS) >= _REPEATS_BOUND:
-                    _REPEATS.clear()
-                grid, section = launched.grid, launched.section
-                bound = kept.bind(grid, launched.args, (q, k, v, target, lse))
-                _REPEATS[repeat_key] = _Repeat(
-                    config, d, scale, sched, kept, why, grid, section, bound
+            if repeat_key is not None and as_given and not twin:
+                relaunch = _relaunch(
+                    config, d, scale, sched, launched, _sources(q, k, v, target, lse, None)
                 )
+                if relaunch is not None:
+                    if len(_REPEATS) >= _REPEATS_BOUND:
+                        _REPEATS.clear()
+                    _REPEATS[repeat_key] = _Repeat(relaunch, why)
         if out is not None and target is not out:
             out.copy_(target)
     return ForwardRun(target if out is None else out, lse, ran, why)
@@ -1122,38 +1172,6 @@ def _checked_fp8_variant(head_dim: int, name: str) -> Variant:
     return config
 
 
-@dataclass(frozen=True, slots=True)
-class Fp8Relaunch:
-    """An fp8 launch to repeat on other tensors of the same shapes, strides, dtypes and
-    16-byte alignment (the caller's key must guarantee it, as :func:`_repeat_key` does for
-    the 16-bit forward): :meth:`launch` runs the same variant with the same schedule and grid
-    through the kept kernel, skipping the checks, the choice and the launcher's cache key."""
-
-    config: Variant
-    dims: _Dims
-    scale: float
-    sched: torch.Tensor | None
-    kept: gluon_launch.Kept
-    grid: tuple[int, ...]
-    section: int
-
-    def launch(
-        self,
-        q8: torch.Tensor,
-        k8: torch.Tensor,
-        vt8: torch.Tensor,
-        scales: Fp8Scales,
-        out: torch.Tensor,
-        lse: torch.Tensor,
-    ) -> None:
-        """Launch on the current stream, with :func:`hopper_fp8_forward`'s arguments."""
-        args = _kernel_args(
-            self.config, self.dims, q8, k8, vt8, out, lse, self.scale, None, scales,
-            self.sched, self.section,
-        )  # fmt: skip
-        self.kept.launch(self.grid, args)
-
-
 def hopper_fp8_forward(
     q8: torch.Tensor,
     k8: torch.Tensor,
@@ -1165,7 +1183,7 @@ def hopper_fp8_forward(
     out: torch.Tensor,
     lse: torch.Tensor,
     variant: str | None = None,
-) -> tuple[Variant, str, Fp8Relaunch | None]:
+) -> tuple[Variant, str, Relaunch | None]:
     """Attention on e4m3 inputs into ``out`` and ``lse``; returns the variant that ran, what
     the detail adds about it ('' or why a persistent variant ran as its ``_l`` twin) and the
     launch to repeat (None where none can be: no kept kernel, or the twin, which ran only for
@@ -1196,7 +1214,7 @@ def hopper_fp8_forward(
         )
     config, sched, twin = _scheduled(config, d, causal, q8)
     launched = _launch(config, d, q8, k8, vt8, out, lse, causal, scale, None, scales, sched)
-    if launched.kept is None or twin:
+    if twin:
         return config, twin, None
-    relaunch = Fp8Relaunch(config, d, scale, sched, launched.kept, launched.grid, launched.section)
-    return config, twin, relaunch
+    sources = _sources(q8, k8, vt8, out, lse, scales)
+    return config, twin, _relaunch(config, d, scale, sched, launched, sources)
