@@ -20,8 +20,7 @@ calls), in an order that rotates each round, and the median over 9 rounds is kep
 - ``e4m3``: the fp8 kernel on e4m3 query, key and value with one descale factor each
   (``fp8.from_fp8``, FlashAttention-3's inputs): the kernel alone, nothing quantized inside;
 - with ``--sweep``, ``fp8[i]``: every Triton fp8 tile candidate i, and on an H100/H200
-  ``fp8 <variant>``: every Gluon fp8 variant at every length (``fp8`` leaves lengths below
-  ``fp8.HOPPER_MIN_KEYS`` to the Triton kernel), to order the candidates.
+  ``fp8 <variant>``: every Gluon fp8 variant, to order the candidates.
 
 TFLOP/s use FlashAttention's count (4·B·H·S²·D, halved when causal). Errors (seqlen <= 4096,
 first batch element) against a float32 reference of the same bf16 inputs: relative Frobenius
@@ -95,18 +94,6 @@ def _fp8_variant(name: str) -> Any:
             os.environ[hopper.FP8_VARIANT_ENV] = before
 
 
-@contextlib.contextmanager
-def _gluon_at_every_length() -> Any:
-    """The Gluon Hopper fp8 kernel takes calls of any length inside (by default it leaves
-    those below ``fp8.HOPPER_MIN_KEYS`` to the Triton kernel), so the sweep times it."""
-    before = fp8.HOPPER_MIN_KEYS
-    fp8.HOPPER_MIN_KEYS = 1
-    try:
-        yield
-    finally:
-        fp8.HOPPER_MIN_KEYS = before
-
-
 def case(dim: int, seqlen: int, causal: bool, sweep: bool, rounds: int) -> dict[str, Any]:
     batch, heads = TOKENS // seqlen, HIDDEN // dim
     q, k, v = (
@@ -135,13 +122,11 @@ def case(dim: int, seqlen: int, causal: bool, sweep: bool, rounds: int) -> dict[
         )[0]
     compiled: dict[str, str] = {}
     if sweep and HOPPER and dim in hopper.FP8_HEAD_DIMS:
-        with _gluon_at_every_length():
-            qz_gluon = fp8.quantize(q, k, v, layout="bhsd")
         for name in hopper.variant_names(dim, fp8=True):
 
             def run(name: str = name) -> Any:
-                with _fp8_variant(name), _gluon_at_every_length():
-                    return fp8.forward(qz_gluon, causal=causal, scale=None, layout="bhsd")[0]
+                with _fp8_variant(name):
+                    return fp8.forward(qz, causal=causal, scale=None, layout="bhsd")[0]
 
             try:
                 run()
@@ -282,7 +267,12 @@ def sanitize_calls() -> None:
     Gluon variant, packed sequences with an empty one, e4m3 inputs."""
     capability = torch.cuda.get_device_capability()
     for causal in (False, True):
-        for heads, kv_heads, seq, dim in ((4, 4, 200, 64), (4, 1, 130, 128), (2, 2, 70, 256)):
+        for heads, kv_heads, seq, dim in (
+            (4, 4, 200, 64),
+            (4, 1, 130, 128),
+            (2, 2, 2, 128),
+            (2, 2, 70, 256),
+        ):
             q = torch.randn(2, heads, seq, dim, device="cuda", dtype=torch.bfloat16)
             k, v = (
                 torch.randn(2, kv_heads, seq, dim, device="cuda", dtype=torch.bfloat16)
@@ -299,15 +289,11 @@ def sanitize_calls() -> None:
                     continue
                 assert torch.isfinite(out).all()
             if HOPPER and dim in hopper.FP8_HEAD_DIMS:  # every Gluon variant too
-                with _gluon_at_every_length():
-                    qz_gluon = fp8.quantize(q, k, v, layout="bhsd")
-                    for name in hopper.variant_names(dim, fp8=True):
-                        with _fp8_variant(name):
-                            out, _, detail = fp8.forward(
-                                qz_gluon, causal=causal, scale=None, layout="bhsd"
-                            )
-                        assert detail.startswith(fp8.HOPPER_DETAIL), detail
-                        assert torch.isfinite(out).all()
+                for name in hopper.variant_names(dim, fp8=True):
+                    with _fp8_variant(name):
+                        out, _, detail = fp8.forward(qz, causal=causal, scale=None, layout="bhsd")
+                    assert detail.startswith(fp8.HOPPER_DETAIL), detail
+                    assert torch.isfinite(out).all()
         lengths = [70, 0, 129, 1]
         cu = torch.tensor(
             [0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda"

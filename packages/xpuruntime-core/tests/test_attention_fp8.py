@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import re
 from typing import Any
 
 import pytest
@@ -181,6 +182,18 @@ def _query_rows(detail: str) -> int:
     return 64 if detail.startswith(fp8.HOPPER_DETAIL) else 1
 
 
+def _lse_bound(detail: str) -> float:
+    """How far the log-sum-exp of the kernel the detail names may be from the reference of
+    its quantized inputs: 1e-2, and with the Gluon kernel's sums' GEMM (``u``) the rounding
+    of P to e4m3 (each within 2**-4 of its value, so the sum O was normalised with is within
+    log(1 / (1 - 2**-4)) of the exact one in log)."""
+    from xpuruntime.kernels.attention import hopper
+
+    match = re.search(r"warp-specialised, (\w+)", detail)
+    rounded = match is not None and hopper.parse_variant(match.group(1)).sum_mma
+    return 1e-2 + (math.log(1 / (1 - 2**-4)) if rounded else 0.0)
+
+
 def _dequantized(qz: Any, q: Any, seq: int, rows: int = 1) -> tuple[Any, Any, Any]:
     """The real-valued tensors the fp8 kernel sees, (batch, heads, seq, dim): x8 · scale, and
     the query quantized as the kernel does, one scale per ``rows`` rows."""
@@ -332,7 +345,7 @@ def test_fp8_gpu_tiles_match_the_reference(dim: int, causal: bool) -> None:
     assert torch.isfinite(out).all()
     exact_out, exact_lse = _reference(*_dequantized(qz, q, 300, _query_rows(detail)), causal)
     assert _relative(out, exact_out) < 0.03
-    assert (lse - exact_lse).abs().max().item() < 1e-2
+    assert (lse - exact_lse).abs().max().item() < _lse_bound(detail)
     assert _relative(out, _reference(q, k, v, causal)[0]) < 0.08
 
 
@@ -377,7 +390,6 @@ def test_hopper_fp8_kernel_matches_its_inputs_reference(
 
     from xpuruntime.kernels.attention import fp8, hopper
 
-    monkeypatch.setattr(fp8, "HOPPER_MIN_KEYS", 1)  # it takes long sequences by default
     if variant:
         monkeypatch.setenv(hopper.FP8_VARIANT_ENV, variant)
     q, k, v = _inputs(2, 8, 2, 301, dim, torch.bfloat16)
@@ -392,11 +404,7 @@ def test_hopper_fp8_kernel_matches_its_inputs_reference(
         *_dequantized(fp8.quantize(q, k, v, layout="bhsd"), q, 301, 64), causal
     )
     assert _relative(out.transpose(1, 2), exact_out) < 0.03
-    # With the sums' GEMM (u) the sum is of P rounded to e4m3, each within 2**-4 of its
-    # value: the log-sum-exp O was normalised with, within log(1 / (1 - 2**-4)) of the exact.
-    rounded_sums = hopper.parse_variant(variant or hopper.variant_names(dim, fp8=True)[0]).sum_mma
-    lse_bound = 1e-2 + (math.log(1 / (1 - 2**-4)) if rounded_sums else 0.0)
-    assert (lse - exact_lse).abs().max().item() < lse_bound
+    assert (lse - exact_lse).abs().max().item() < _lse_bound(detail)
     assert _relative(out.transpose(1, 2), _reference(q, k, v, causal)[0]) < 0.08
     # e4m3 inputs with per-tensor descales run it too.
     descale = [(x.float().abs().amax() / 448).reshape(1) for x in (q, k, v)]
@@ -423,7 +431,6 @@ def test_hopper_fp8_repeated_calls_launch_the_first_calls_kernels_again(
 
     from xpuruntime.kernels.attention import fp8, hopper
 
-    monkeypatch.setattr(fp8, "HOPPER_MIN_KEYS", 1)  # it takes long sequences by default
     monkeypatch.delenv(hopper.FP8_VARIANT_ENV, raising=False)
     fp8._REPEATS.clear()
     q, k, v = _inputs(2, 8, 2, 301, 128, torch.bfloat16)
@@ -471,7 +478,30 @@ def test_hopper_fp8_repeated_calls_launch_the_first_calls_kernels_again(
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon fp8 kernel runs on sm_90 (H100, H200)")
-def test_hopper_fp8_passes_short_and_packed_sequences_to_triton_with_the_reason() -> None:
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("seq_q", "seq_k"), [(1, 2), (1, 300), (7, 33), (130, 5), (256, 2)])
+def test_hopper_fp8_kernel_takes_short_and_uneven_lengths(
+    seq_q: int, seq_k: int, causal: bool
+) -> None:
+    """Short dense calls run the Gluon kernel too (one query row, two keys, lengths inside a
+    tile, more queries than keys): its result is the float32 attention of the e4m3 tensors
+    it was given, causal masking top-left aligned."""
+    import torch
+
+    from xpuruntime.kernels.attention import fp8
+
+    q = _inputs(1, 4, 2, seq_q, 128, torch.bfloat16, seed=1)[0]
+    _, k, v = _inputs(1, 4, 2, seq_k, 128, torch.bfloat16, seed=2)
+    qz = fp8.quantize(q, k, v, layout="bhsd")
+    out, lse, detail = fp8.forward(qz, causal=causal, scale=None, layout="bhsd")
+    assert detail.startswith(fp8.HOPPER_DETAIL), detail
+    exact_out, exact_lse = _reference(*_dequantized(qz, q, seq_k, 64), causal)
+    assert _relative(out, exact_out) < 0.03
+    assert (lse - exact_lse).abs().max().item() < _lse_bound(detail)
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Gluon fp8 kernel runs on sm_90 (H100, H200)")
+def test_hopper_fp8_passes_other_head_sizes_packed_and_keyless_calls_to_triton() -> None:
     import torch
 
     from xpuruntime.kernels.attention import fp8
@@ -479,15 +509,24 @@ def test_hopper_fp8_passes_short_and_packed_sequences_to_triton_with_the_reason(
 
     q, k, v = _inputs(1, 4, 4, 300, 128, torch.bfloat16)
     _, _, detail = fp8.forward(
-        fp8.quantize(q, k, v, layout="bhsd"), causal=False, scale=None, layout="bhsd"
-    )
-    assert detail.startswith("triton fp8 e4m3 forward")
-    assert f"passed over: below {fp8.HOPPER_MIN_KEYS} keys (300)" in detail
-    _, _, detail = fp8.forward(
         fp8.quantize(q[..., :64], k[..., :64], v[..., :64], layout="bhsd"),
         causal=False, scale=None, layout="bhsd",
     )  # fmt: skip
+    assert detail.startswith("triton fp8 e4m3 forward")
     assert "passed over: it takes head size 128, not 64" in detail
+    out, lse, detail = fp8.forward(
+        fp8.quantize(q, k[:, :, :0], v[:, :, :0], layout="bhsd"),
+        causal=False, scale=None, layout="bhsd",
+    )  # fmt: skip
+    assert "passed over: no key" in detail
+    assert not out.any()
+    assert bool((lse == float("-inf")).all())
+    one = fp8.quantize(q, k[:, :, :1], v[:, :, :1], layout="bhsd")
+    out, lse, detail = fp8.forward(one, causal=False, scale=None, layout="bhsd")
+    assert f"passed over: below {fp8.HOPPER_MIN_KEYS} keys (1)" in detail
+    exact_out, exact_lse = _reference(*_dequantized(one, q, 1), False)
+    assert _relative(out, exact_out) < 0.03
+    assert (lse - exact_lse).abs().max().item() < 1e-2
 
     rows = [x[0, :, :96].transpose(0, 1).contiguous() for x in (q, k, v)]  # (total, heads, dim)
     cu = torch.tensor([0, 40, 96], dtype=torch.int32, device=DEVICE)

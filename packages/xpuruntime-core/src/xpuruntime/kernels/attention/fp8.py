@@ -94,16 +94,12 @@ def _hopper_position(key: Any) -> Any:
 
 #: That order as a table: position k of a group holds key ``HOPPER_KEY_ORDER[k]``.
 HOPPER_KEY_ORDER = tuple(sorted(range(_KEY_GROUP), key=_hopper_position))
-#: Below this many keys the Triton kernel ran faster than the Gluon one on an H200. With the
-#: lazy rescale (``m64n128s3pp_pe4r``) one run of kernels alone had the Gluon kernel at
-#: 1.03-1.04x the Triton one at 2048 keys, but the product path (``attention_fp8_bench.py``,
-#: the twenty-first stop) had it at 0.91x full and 0.72x causal there, 1.00 / 1.04x at 4096
-#: and 1.11 / 1.05x at 16384 (docs/attention.md); so the Gluon kernel takes calls from 4096.
-#: With ``_pru`` (the default since the twenty-sixth stop) the bench's every-variant sweep at
-#: 2048 keys had the Gluon kernel at 578 / 290 TFLOP/s full / causal against the Triton one's
-#: 612 / 420, though kernels alone it is 1.07-1.17x our bf16 forward there: not explained,
-#: so the bound stays.
-HOPPER_MIN_KEYS = 4096
+#: The Gluon Hopper kernel takes dense calls from this many keys. On an H200 (the
+#: twenty-seventh stop) its eager calls ran faster than the Triton kernel's from 128 to 16384
+#: keys, full and causal (head size 128, 16k tokens a batch), and its results matched the
+#: reference from 2 keys up; with a single key it gave NaN or wrong output and log-sum-exp
+#: rows (a cause not found), so one-key calls run the Triton kernel (docs/attention.md).
+HOPPER_MIN_KEYS = 2
 
 
 @dataclass(frozen=True)
@@ -404,8 +400,13 @@ def _hopper_reason(device: torch.device, g: _Geometry, varlen: Varlen | None, bl
             f"it takes head size {sizes}, not {g.head_dim} (elsewhere the Triton kernel "
             "measured as fast or faster)"
         )
+    if g.seqlen_k == 0:  # (a TMA descriptor has no empty dimension)
+        return "no key: the Triton kernel writes the zeros and -inf log-sum-exp"
     if g.seqlen_k < HOPPER_MIN_KEYS:
-        return f"below {HOPPER_MIN_KEYS} keys ({g.seqlen_k}) the Triton kernel measured faster"
+        return (
+            f"below {HOPPER_MIN_KEYS} keys ({g.seqlen_k}): with one key it gave NaN or "
+            "wrong rows on an H200"
+        )
     block_n = hopper.fp8_variant(g.head_dim).block_n  # a bad variant name raises here
     if block % block_n:
         return f"key scales per {block} rows do not cover its key blocks of {block_n}"
