@@ -335,18 +335,26 @@ def test_e4m3_inputs_with_descale_factors() -> None:
 @pytest.mark.parametrize("dim", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
 def test_fp8_gpu_tiles_match_the_reference(dim: int, causal: bool) -> None:
+    """The kernel the call chooses (on an H100/H200 at head size 128 the Gluon one) and the
+    Triton kernel with this GPU's first tiles, each against the reference of its inputs."""
     import torch
 
     from xpuruntime.kernels.attention import fp8
+    from xpuruntime.kernels.attention.tiles import fp8_candidates
 
     q, k, v = _inputs(2, 8, 2, 300, dim, torch.bfloat16)  # 300 rows: partial last blocks
-    qz = fp8.quantize(q, k, v, layout="bhsd")
-    out, lse, detail = fp8.forward(qz, causal=causal, scale=None, layout="bhsd")
-    assert torch.isfinite(out).all()
-    exact_out, exact_lse = _reference(*_dequantized(qz, q, 300, _query_rows(detail)), causal)
-    assert _relative(out, exact_out) < 0.03
-    assert (lse - exact_lse).abs().max().item() < _lse_bound(detail)
-    assert _relative(out, _reference(q, k, v, causal)[0]) < 0.08
+    tiles = fp8_candidates(dim, torch.cuda.get_device_capability())[0]
+    for qz, given in (
+        (fp8.quantize(q, k, v, layout="bhsd"), None),
+        (fp8.quantize(q, k, v, layout="bhsd", key_order="sequential"), tiles),
+    ):
+        out, lse, detail = fp8.forward(qz, causal=causal, scale=None, layout="bhsd", tiles=given)
+        assert given is None or detail.startswith(fp8.TRITON_DETAIL), detail
+        assert torch.isfinite(out).all()
+        exact_out, exact_lse = _reference(*_dequantized(qz, q, 300, _query_rows(detail)), causal)
+        assert _relative(out, exact_out) < 0.03
+        assert (lse - exact_lse).abs().max().item() < _lse_bound(detail)
+        assert _relative(out, _reference(q, k, v, causal)[0]) < 0.08
 
 
 @needs_kernels
