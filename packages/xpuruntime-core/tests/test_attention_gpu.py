@@ -654,14 +654,15 @@ def test_hopper_launches_after_the_first_run_the_kept_kernel_and_call_launch_hoo
             return super().launch(sources)
 
     for key, repeat in repeats.items():
-        relaunch = repeat.relaunch
-        kept = relaunch.kept
+        replay = repeat.relaunch.replay
+        kept = replay.kept
         counting = Counting(kept.kernel, kept.constant_values, kept.device)
-        bound = relaunch.bound
+        bound = replay.bound
         if bound is not None:
             bound = CountingBound(bound.direct, bound.device, bound.final, bound.slots)
-        counted = dataclasses.replace(relaunch, kept=counting, bound=bound)
-        hopper._REPEATS[key] = dataclasses.replace(repeat, relaunch=counted)
+        counted = dataclasses.replace(replay, kept=counting, bound=bound)
+        relaunch = dataclasses.replace(repeat.relaunch, replay=counted)
+        hopper._REPEATS[key] = dataclasses.replace(repeat, relaunch=relaunch)
     record = ExecutionRecord(kind="inference")
     try:
         again = ops.attention(q, k, v, layout="bhsd", policy=HOPPER_PIN, record=record)

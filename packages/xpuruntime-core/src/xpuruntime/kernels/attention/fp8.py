@@ -447,24 +447,6 @@ def _hopper_query(qz: Quantized, g: _Geometry) -> tuple[torch.Tensor, torch.Tens
     return q8, torch.empty((g.batch, g.heads, q_blocks), dtype=torch.float32, device=q8.device)
 
 
-@dataclass(frozen=True, slots=True)
-class _QueryQuant:
-    """The query's quantization kernel as the first call of a key launched it, to launch
-    again (:meth:`launch`): through ``bound``, the launch laid out with the 16-bit query,
-    the e4m3 query and its scales as sources (None where the kernel does not launch
-    directly), else through ``kept`` with the arguments built anew."""
-
-    kept: gluon_launch.Kept
-    bound: gluon_launch.Bound | None
-
-    def launch(
-        self, qz: Quantized, g: _Geometry, layout: Layout, q8: torch.Tensor, q_scale: torch.Tensor
-    ) -> None:
-        """Quantize ``qz``'s query into ``q8`` and ``q_scale`` on the current stream."""
-        if self.bound is None or not self.bound.launch((qz.q, q8, q_scale)):
-            self.kept.launch(*_query_quant_launch(qz, g, layout, q8, q_scale))
-
-
 def _query_quant_launch(
     qz: Quantized, g: _Geometry, layout: Layout, q8: torch.Tensor, q_scale: torch.Tensor
 ) -> tuple[tuple[int, int], tuple[Any, ...]]:
@@ -482,9 +464,10 @@ def _query_quant_launch(
 
 def _quantize_query(
     qz: Quantized, g: _Geometry, layout: Layout, q8: torch.Tensor, q_scale: torch.Tensor
-) -> _QueryQuant | None:
+) -> gluon_launch.Replay | None:
     """Quantize the 16-bit query into ``q8`` and ``q_scale`` (one scale per 64 rows); returns
-    the launch to repeat (None where no kernel is kept: :func:`_launch_quant`)."""
+    the launch to repeat, its sources the 16-bit query, ``q8`` and ``q_scale`` (None where
+    no kernel is kept: :func:`_launch_quant`)."""
     from xpuruntime.kernels.attention import hopper
 
     grid, args = _query_quant_launch(qz, g, layout, q8, q_scale)
@@ -494,9 +477,7 @@ def _quantize_query(
     }  # fmt: skip
     kernel = _fp8_kernels._xrt_attn_quant_rows
     kept = _launch_quant(kernel, grid, hopper.FP8_QUERY_BLOCK, g.head_dim, args, constants)
-    if kept is None:
-        return None
-    return _QueryQuant(kept, kept.bind(grid, args, (qz.q, q8, q_scale)))
+    return None if kept is None else kept.replay(grid, args, (qz.q, q8, q_scale))
 
 
 def _hopper_scales(qz: Quantized, g: _Geometry, q_scale: torch.Tensor) -> Fp8Scales:
@@ -523,7 +504,7 @@ class _Repeat:
 
     layout: Layout
     g: _Geometry
-    quant: _QueryQuant | None
+    quant: gluon_launch.Replay | None
     attention: Relaunch
     detail: str
 
@@ -540,7 +521,9 @@ class _Repeat:
         if any(x.data_ptr() % 16 for x in fresh):
             return None
         if self.quant is not None:
-            self.quant.launch(qz, g, layout, q8, q_scale)
+            self.quant.launch(
+                (qz.q, q8, q_scale), lambda: _query_quant_launch(qz, g, layout, q8, q_scale)[1]
+            )
         self.attention.launch(
             _bhsd(layout, q8), _bhsd(layout, qz.k), _whole_groups(qz.vt), _bhsd(layout, out),
             lse, scales,

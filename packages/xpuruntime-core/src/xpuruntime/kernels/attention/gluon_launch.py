@@ -23,7 +23,7 @@ imported inside the functions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +32,7 @@ from xpuruntime.runtime.errors import XpuRuntimeError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Bound", "Kept", "Tma", "launch", "relaunch_key"]
+__all__ = ["Bound", "Kept", "Replay", "Tma", "launch", "relaunch_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,6 +346,12 @@ class Kept:
         final, slots = direct.lay_out((*grid, 1, 1)[:3], 0, args, self.constant_values, sources)
         return Bound(direct, self.device, final, slots)
 
+    def replay(self, grid: tuple[int, ...], args: Sequence[Any], sources: Sequence[Any]) -> Replay:
+        """This launch on ``grid`` with ``args``, to repeat on other tensors in place of
+        ``sources`` (:class:`Replay`; the caller's key must guarantee what :class:`Bound`
+        asks)."""
+        return Replay(self, grid, self.bind(grid, args, sources))
+
     def launch(self, grid: tuple[int, ...], args: Sequence[Any]) -> None:
         """Launch on ``grid`` on the current stream of the device it was compiled for, with
         ``args`` as :func:`launch` takes them (less the constants)."""
@@ -370,6 +376,23 @@ class Kept:
             *grid3, stream, kernel.function, kernel.packed_metadata, None, None, None,
             *values, *self.constant_values,
         )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """A kept kernel's launch (:meth:`Kept.replay`) repeated on other tensors: through
+    ``bound`` (None where the kernel does not launch directly) while no launch hook is
+    installed, else through ``kept`` on ``grid`` with the arguments built anew."""
+
+    kept: Kept
+    grid: tuple[int, ...]
+    bound: Bound | None
+
+    def launch(self, sources: Sequence[Any], args: Callable[[], Sequence[Any]]) -> None:
+        """Launch on the current stream with ``sources`` in place of the bound ones;
+        ``args`` builds the full arguments where the bound launch cannot run."""
+        if self.bound is None or not self.bound.launch(sources):
+            self.kept.launch(self.grid, args())
 
 
 #: (kernel, device, constants, warps, pipeline stages, registers, Triton's debug and

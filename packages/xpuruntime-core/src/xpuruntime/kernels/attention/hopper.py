@@ -840,23 +840,21 @@ class ForwardRun:
 
 @dataclass(frozen=True, slots=True)
 class Relaunch:
-    """A launch to repeat on other tensors of the same shapes, strides, dtypes and 16-byte
-    alignment (the caller's key must guarantee it, as :func:`_repeat_key` does for the
-    16-bit forward and :func:`.fp8._repeat_key` for the fp8 one): :meth:`launch` runs the
-    same variant with the same schedule and grid (``grid``, and ``section``, :func:`_grid`'s)
-    through the kept kernel, skipping the checks, the choice and the launcher's cache key
-    (their host time was most of a short call's); through ``bound``, the first launch laid
-    out for the C launcher with the tensors :func:`_sources` names as its sources, it also
-    skips building the arguments (None where the kernel does not launch directly)."""
+    """A dense launch to repeat on other tensors of the same shapes, strides, dtypes and
+    16-byte alignment (the caller's key must guarantee it, as :func:`_repeat_key` does for
+    the 16-bit forward and :func:`.fp8._repeat_key` for the fp8 one): :meth:`launch` runs
+    the same variant with the same schedule, grid and L2 section (``section``,
+    :func:`_grid`'s) through ``replay``, the kept kernel's launch laid out once with the
+    tensors :func:`_sources` names, skipping the checks, the choice, the launcher's cache
+    key and (where the kernel launches directly) the arguments' building: their host time
+    was most of a short call's."""
 
     config: Variant
     dims: _Dims
     scale: float
     sched: torch.Tensor | None
-    kept: gluon_launch.Kept
-    grid: tuple[int, ...]
     section: int
-    bound: gluon_launch.Bound | None
+    replay: gluon_launch.Replay
 
     def launch(
         self,
@@ -868,13 +866,13 @@ class Relaunch:
         fp8: Fp8Scales | None = None,
     ) -> None:
         """Launch on the current stream with :func:`_launch`'s tensors (dense)."""
-        bound = self.bound
-        if bound is None or not bound.launch(_sources(q, k, v, out, lse, fp8)):
-            args = _kernel_args(
+        self.replay.launch(
+            _sources(q, k, v, out, lse, fp8),
+            lambda: _kernel_args(
                 self.config, self.dims, q, k, v, out, lse, self.scale, None, fp8, self.sched,
                 self.section,
-            )  # fmt: skip
-            self.kept.launch(self.grid, args)
+            ),
+        )  # fmt: skip
 
 
 def _sources(
@@ -885,7 +883,7 @@ def _sources(
     lse: torch.Tensor,
     fp8: Fp8Scales | None,
 ) -> tuple[torch.Tensor, ...]:
-    """The tensors a :class:`Relaunch`'s bound launch takes anew each time."""
+    """The tensors a :class:`Relaunch` takes anew each time."""
     return (q, k, v, out, lse) if fp8 is None else (q, k, v, out, lse, fp8.q, fp8.k, fp8.v)
 
 
@@ -899,11 +897,10 @@ def _relaunch(
 ) -> Relaunch | None:
     """The :class:`Relaunch` of a dense launch on ``sources`` (:func:`_sources`); None where
     no kernel was kept."""
-    kept = launched.kept
-    if kept is None:
+    if launched.kept is None:
         return None
-    bound = kept.bind(launched.grid, launched.args, sources)
-    return Relaunch(config, d, scale, sched, kept, launched.grid, launched.section, bound)
+    replay = launched.kept.replay(launched.grid, launched.args, sources)
+    return Relaunch(config, d, scale, sched, launched.section, replay)
 
 
 @dataclass(frozen=True, slots=True)
