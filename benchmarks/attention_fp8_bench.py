@@ -275,6 +275,7 @@ def sanitize_calls() -> None:
             (4, 4, 200, 64),
             (4, 1, 130, 128),
             (2, 2, 2, 128),
+            (2, 2, 1, 128),
             (2, 2, 70, 256),
         ):
             q = torch.randn(2, heads, seq, dim, device="cuda", dtype=torch.bfloat16)

@@ -487,13 +487,17 @@ def test_hopper_fp8_repeated_calls_launch_the_first_calls_kernels_again(
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon fp8 kernel runs on sm_90 (H100, H200)")
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize(("seq_q", "seq_k"), [(1, 2), (1, 300), (7, 33), (130, 5), (256, 2)])
+@pytest.mark.parametrize(
+    ("seq_q", "seq_k"),
+    [(1, 1), (300, 1), (1, 2), (1, 300), (7, 33), (130, 5), (256, 2)],
+)
 def test_hopper_fp8_kernel_takes_short_and_uneven_lengths(
     seq_q: int, seq_k: int, causal: bool
 ) -> None:
-    """Short dense calls run the Gluon kernel too (one query row, two keys, lengths inside a
+    """Short dense calls run the Gluon kernel too (one key, one query row, lengths inside a
     tile, more queries than keys): its result is the float32 attention of the e4m3 tensors
-    it was given, causal masking top-left aligned."""
+    it was given, causal masking top-left aligned. One key is the case Triton's
+    specialisation of an argument equal to 1 broke (``_xrt_attn_fwd_hopper``'s comment)."""
     import torch
 
     from xpuruntime.kernels.attention import fp8
@@ -529,12 +533,6 @@ def test_hopper_fp8_passes_other_head_sizes_packed_and_keyless_calls_to_triton()
     assert "passed over: no key" in detail
     assert not out.any()
     assert bool((lse == float("-inf")).all())
-    one = fp8.quantize(q, k[:, :, :1], v[:, :, :1], layout="bhsd")
-    out, lse, detail = fp8.forward(one, causal=False, scale=None, layout="bhsd")
-    assert f"passed over: below {fp8.HOPPER_MIN_KEYS} keys (1)" in detail
-    exact_out, exact_lse = _reference(*_dequantized(one, q, 1), False)
-    assert _relative(out, exact_out) < 0.03
-    assert (lse - exact_lse).abs().max().item() < 1e-2
 
     rows = [x[0, :, :96].transpose(0, 1).contiguous() for x in (q, k, v)]  # (total, heads, dim)
     cu = torch.tensor([0, 40, 96], dtype=torch.int32, device=DEVICE)

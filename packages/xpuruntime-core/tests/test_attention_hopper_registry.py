@@ -379,6 +379,18 @@ def test_sums_by_the_tensor_cores_are_an_fp8_flag_the_kernel_receives(
         hopper.parse_variant("m64n128s3pp_pue4")
 
 
+def test_forward_kernel_never_specialises_the_key_length() -> None:
+    """Triton compiles an integer argument equal to 1 as a constant unless told not to; with
+    ``seqlen_k`` a constant 1 the fp8 P conversion met a ptxas 12.8 bug (the kernel's
+    comment), so the forward's JIT function keeps it an argument."""
+    pytest.importorskip("triton.experimental.gluon")
+    from xpuruntime.kernels.attention import _hopper_kernels
+
+    kernel = _hopper_kernels._xrt_attn_fwd_hopper
+    unspecialised = {p.name for p in kernel.params if p.do_not_specialize}
+    assert unspecialised == {"seqlen_k"}
+
+
 def test_forward_default_follows_head_size_mask_and_length(monkeypatch: pytest.MonkeyPatch) -> None:
     """Key blocks of 64 without ping-pong at head size 64 causal below 8192 keys (persistent,
     two CTAs an SM, one GEMM in flight), on the shortest causal ones at 128 (three stages);

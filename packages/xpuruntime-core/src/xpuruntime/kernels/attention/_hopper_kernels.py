@@ -939,7 +939,13 @@ def _producer(
             count += 1  # live items only: the query barriers' phase
 
 
-@gluon.jit
+# ``seqlen_k`` is never specialised: Triton compiles an integer argument equal to 1 as the
+# constant 1, with which a one-key call's masked P is mostly known zeros, and the fp8 P
+# conversion (:data:`_E4M3X4_ASM`) then converts equal pairs; ptxas 12.8 (Triton 3.6's)
+# packs two equal e4m3 pairs into one register with its upper half taken from an
+# uninitialised one (docs/attention.md: the sums' GEMM's ones hit the same bug), which gave
+# every one-key fp8 call NaN or wrong rows on an H200.
+@gluon.jit(do_not_specialize=["seqlen_k"])
 def _xrt_attn_fwd_hopper(
     q_desc, k_desc, v_desc, o_desc, Out, LSE, CU_Q, CU_K, QS, KS, VS, SCHED, stride_os,
     stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group, batch_heads, section, q_blocks,

@@ -16,7 +16,8 @@ Two ways in:
 
 Two kernels run it: on an H100/H200 (sm_90) the Gluon Hopper kernel
 (:mod:`._hopper_kernels` with e4m3 tiles: warp-specialised, ping-pong consumers, TMA), for
-dense batches at head size 128 from :data:`HOPPER_MIN_KEYS` keys, with the query quantized
+dense batches at head size 128 with at least one key (its eager calls ran faster than the
+Triton kernel's from 128 to 16384 keys on an H200, full and causal), with the query quantized
 beforehand (one scale per 64 rows); elsewhere the Triton kernel (:mod:`._fp8_kernels`), with
 the reason the Gluon one passed in the detail on an H100/H200.
 
@@ -65,7 +66,6 @@ if TYPE_CHECKING:
 __all__ = [
     "HOPPER_DETAIL",
     "HOPPER_KEY_ORDER",
-    "HOPPER_MIN_KEYS",
     "TRITON_DETAIL",
     "Quantized",
     "forward",
@@ -94,12 +94,6 @@ def _hopper_position(key: Any) -> Any:
 
 #: That order as a table: position k of a group holds key ``HOPPER_KEY_ORDER[k]``.
 HOPPER_KEY_ORDER = tuple(sorted(range(_KEY_GROUP), key=_hopper_position))
-#: The Gluon Hopper kernel takes dense calls from this many keys. On an H200 (the
-#: twenty-seventh stop) its eager calls ran faster than the Triton kernel's from 128 to 16384
-#: keys, full and causal (head size 128, 16k tokens a batch), and its results matched the
-#: reference from 2 keys up; with a single key it gave NaN or wrong output and log-sum-exp
-#: rows (a cause not found), so one-key calls run the Triton kernel (docs/attention.md).
-HOPPER_MIN_KEYS = 2
 
 
 @dataclass(frozen=True)
@@ -402,11 +396,6 @@ def _hopper_reason(device: torch.device, g: _Geometry, varlen: Varlen | None, bl
         )
     if g.seqlen_k == 0:  # (a TMA descriptor has no empty dimension)
         return "no key: the Triton kernel writes the zeros and -inf log-sum-exp"
-    if g.seqlen_k < HOPPER_MIN_KEYS:
-        return (
-            f"below {HOPPER_MIN_KEYS} keys ({g.seqlen_k}): with one key it gave NaN or "
-            "wrong rows on an H200"
-        )
     block_n = hopper.fp8_variant(g.head_dim).block_n  # a bad variant name raises here
     if block % block_n:
         return f"key scales per {block} rows do not cover its key blocks of {block_n}"
@@ -553,7 +542,7 @@ def _repeat_key(
     launches' arguments and specialisation depend on (each tensor's shape, strides and
     dtype, the device, the scales' block, the value's key order, the output dtype, the
     scaling's description, the mask, the scale, the layout, the variant's environment
-    variable, :data:`HOPPER_MIN_KEYS`, Triton's debug and instrumentation settings), the
+    variable, Triton's debug and instrumentation settings), the
     addresses only through their alignment."""
     from xpuruntime.kernels.attention import _hopper_kernels, hopper
 
@@ -575,7 +564,7 @@ def _repeat_key(
     return (
         tuple([(x.shape, x.stride(), x.dtype) for x in tensors]), qz.q_scale is None,
         qz.q.device, qz.block, qz.key_order, qz.out_dtype, qz.scaling, causal, scale, layout,
-        os.environ.get(hopper.FP8_VARIANT_ENV), HOPPER_MIN_KEYS, settings,
+        os.environ.get(hopper.FP8_VARIANT_ENV), settings,
     )  # fmt: skip
 
 
