@@ -386,6 +386,7 @@ HOPPER = DEVICE == "cuda" and __import__("torch").cuda.get_device_capability() =
         "m64n128s3pp_pe4",
         "m64n128s3pp_pe4ru",
         "m64n128s3pp_pru",
+        "m64n128s3np_pru",
     ],
 )
 def test_hopper_fp8_kernel_matches_its_inputs_reference(

@@ -361,7 +361,7 @@ def test_sums_by_the_tensor_cores_are_an_fp8_flag_the_kernel_receives(
             hopper.kernel_constants(variant, 128, False, varlen=False, k_scale_block=None)
     monkeypatch.delenv(hopper.FP8_VARIANT_ENV, raising=False)
     default = hopper.fp8_variant(128)
-    assert default.name == "m64n128s3pp_pru"
+    assert default.name == "m64n128s3np_pru"
     assert hopper.kernel_constants(default, 128, False, varlen=False, k_scale_block=128)["SUM_MMA"]
     # The fp8 default before it (without u) stays a candidate, and receives no sums.
     before = hopper.fp8_variant(128, "m64n128s3pp_pe4r")
@@ -369,7 +369,9 @@ def test_sums_by_the_tensor_cores_are_an_fp8_flag_the_kernel_receives(
     assert not hopper.kernel_constants(before, 128, False, varlen=False, k_scale_block=128)[
         "SUM_MMA"
     ]
-    assert {"m64n128s3pp_pru", "m64n128s3pp_pe4ru"} <= set(hopper.variant_names(128, fp8=True))
+    assert {"m64n128s3np_pru", "m64n128s3pp_pru", "m64n128s3pp_pe4ru"} <= set(
+        hopper.variant_names(128, fp8=True)
+    )
     assert not any(hopper.parse_variant(n).sum_mma for n in hopper.variant_names(128))
     with pytest.raises(InvalidArgumentError, match="overlapped P·V"):
         hopper.parse_variant("m64n128s2np_pg1u")

@@ -262,16 +262,21 @@ HEAD_DIMS = tuple(_VARIANTS)
 #: for ``_l`` and 502-547 for the 2-D grids; ``benchmarks/attention_fp8_bench.py --sweep``).
 #: Two consumer warpgroups of 64 rows (the query scales are per 64 rows). Head size 128
 #: only: at 64 the Triton fp8 kernel was as fast or faster at every length timed on an H200
-#: (docs/attention.md). The default, ``_pru``, takes the rows' sums of P by a GEMM against
-#: a tile of ones (``u``): on an H200 (kernels alone, hd128, 4096-16384 keys, full and
+#: (docs/attention.md). ``_pru`` takes the rows' sums of P by a GEMM against a tile of
+#: ones (``u``): on an H200 (kernels alone, hd128, 4096-16384 keys, full and
 #: causal) 1.16-1.33x our bf16 forward against ``_pe4r``'s 1.11-1.24x in the same runs,
 #: with the same error against float32 (4.8-5.4e-2). Without ``u``, ``e4`` paid for itself
 #: (``_pe4r``); with it, it does not (``_pe4ru`` 0.98-1.00x ``_pru``). At full attention the
 #: ``u`` variants spill 12-20 bytes of scalars, outside the key-block loop (the offline
-#: compile script allows them, ``U_SPILL_BYTES``).
+#: compile script allows them, ``U_SPILL_BYTES``). Without ping-pong turns (``np``: each
+#: warpgroup issues its GEMMs when it is ready, as the tensor cores are not what bounds an
+#: fp8 block), ``_pru`` was 0.98-1.13x its ping-pong twin (geometric mean 1.03x) in two
+#: runs of kernels alone on an H200 (hd128, 2048-16384 keys, full and causal; slower only at
+#: 2048 causal in one run), and through the product path 1.00-1.04x: so ``m64n128s3np_pru``
+#: is the default (docs/attention.md, twenty-eighth stop).
 _FP8_VARIANTS: dict[int, tuple[str, ...]] = {
     128: (
-        "m64n128s3pp_pru", "m64n128s3pp_pe4ru", "m64n128s3pp_pe4r", "m64n128s3pp_pe4",
+        "m64n128s3np_pru", "m64n128s3pp_pru", "m64n128s3pp_pe4ru", "m64n128s3pp_pe4r", "m64n128s3pp_pe4",
         "m64n128s3pp_le4", "m64n128s3pp_e4",
         "m64n128s2pp_e4",
         "m64n128s2np_e4", "m64n128s2pp", "m64n128s2np",
