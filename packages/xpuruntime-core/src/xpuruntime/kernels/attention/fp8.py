@@ -15,7 +15,7 @@ Two ways in:
   the output is bfloat16.
 
 Two kernels run it: on an H100/H200 (sm_90) the Gluon Hopper kernel
-(:mod:`._hopper_kernels` with e4m3 tiles: warp-specialised, ping-pong consumers, TMA), for
+(:mod:`._hopper_kernels` with e4m3 tiles: warp-specialised, two consumer warpgroups, TMA), for
 dense batches at head size 128 with at least one key (its eager calls ran faster than the
 Triton kernel's from 128 to 16384 keys on an H200, full and causal), with the query quantized
 beforehand (one scale per 64 rows); elsewhere the Triton kernel (:mod:`._fp8_kernels`), with
