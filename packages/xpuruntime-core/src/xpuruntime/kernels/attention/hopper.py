@@ -270,14 +270,14 @@ HEAD_DIMS = tuple(_VARIANTS)
 #: ``u`` variants spill 12-20 bytes of scalars, outside the key-block loop (the offline
 #: compile script allows them, ``U_SPILL_BYTES``). Without ping-pong turns (``np``: each
 #: warpgroup issues its GEMMs when it is ready, as the tensor cores are not what bounds an
-#: fp8 block), ``_pru`` was 0.98-1.13x its ping-pong twin (geometric mean 1.03x) in two
-#: runs of kernels alone on an H200 (hd128, 2048-16384 keys, full and causal; slower only at
-#: 2048 causal in one run), and through the product path 1.00-1.04x: so ``m64n128s3np_pru``
+#: fp8 block), ``m64n128s3np_pru`` ran at 0.98-1.13x ``m64n128s3pp_pru`` (geometric mean
+#: 1.03x) in two runs of kernels alone on an H200 (hd128, 2048-16384 keys, full and causal;
+#: slower only at 2048 causal in one run), and through the product path at 1.00-1.04x: so it
 #: is the default (docs/attention.md, twenty-eighth stop).
 _FP8_VARIANTS: dict[int, tuple[str, ...]] = {
     128: (
-        "m64n128s3np_pru", "m64n128s3pp_pru", "m64n128s3pp_pe4ru", "m64n128s3pp_pe4r", "m64n128s3pp_pe4",
-        "m64n128s3pp_le4", "m64n128s3pp_e4",
+        "m64n128s3np_pru", "m64n128s3pp_pru", "m64n128s3pp_pe4ru", "m64n128s3pp_pe4r",
+        "m64n128s3pp_pe4", "m64n128s3pp_le4", "m64n128s3pp_e4",
         "m64n128s2pp_e4",
         "m64n128s2np_e4", "m64n128s2pp", "m64n128s2np",
     ),
