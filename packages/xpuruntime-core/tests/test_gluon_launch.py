@@ -11,7 +11,20 @@ import pytest
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 
-from xpuruntime.kernels.attention.gluon_launch import Tma, _arg_key  # noqa: E402
+from xpuruntime.kernels.attention.gluon_launch import Repeats, Tma, _arg_key  # noqa: E402
+
+
+def test_repeats_empty_themselves_at_their_bound() -> None:
+    """The forwards' repeated launches are kept up to a bound; the entry that would pass it
+    starts them afresh (a workload of ever new shapes keeps only recent ones)."""
+    repeats: Repeats[str] = Repeats(bound=2)
+    repeats.keep((1,), "a")
+    repeats.keep((2,), "b")
+    assert dict(repeats) == {(1,): "a", (2,): "b"}
+    repeats.keep((3,), "c")
+    assert dict(repeats) == {(3,): "c"}
+    repeats.keep((3,), "d")
+    assert repeats.get((3,)) == "d"
 
 
 def test_integers_are_keyed_as_the_jit_specialises_them() -> None:

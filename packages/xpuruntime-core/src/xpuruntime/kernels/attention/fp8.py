@@ -520,10 +520,8 @@ class _Repeat:
         return out, lse, self.detail
 
 
-#: Dense Hopper calls' launches by :func:`_repeat_key`; emptied when it reaches the bound, so
-#: a workload of ever new shapes keeps only recent ones.
-_REPEATS: dict[tuple[Any, ...], _Repeat] = {}
-_REPEATS_BOUND = 1024
+#: Dense Hopper calls' launches by :func:`_repeat_key`.
+_REPEATS: gluon_launch.Repeats[_Repeat] = gluon_launch.Repeats()
 
 
 def _repeat_key(
@@ -647,9 +645,7 @@ def forward(
             with on_device(q.device, stream):
                 detail, launched = _hopper_forward(qz, g, layout, out, lse, causal, scale)
             if repeat_key is not None and launched is not None:
-                if len(_REPEATS) >= _REPEATS_BOUND:
-                    _REPEATS.clear()
-                _REPEATS[repeat_key] = launched
+                _REPEATS.keep(repeat_key, launched)
             return out, lse, detail
     cu_q = varlen.cu_seqlens_q if varlen else q  # unused pointer when dense
     cu_k = varlen.cu_seqlens_k if varlen else q

@@ -25,14 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from xpuruntime.runtime.errors import XpuRuntimeError
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Bound", "Kept", "Replay", "Tma", "launch", "relaunch_key"]
+__all__ = ["Bound", "Kept", "Repeats", "Replay", "Tma", "launch", "relaunch_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,6 +393,24 @@ class Replay:
         ``args`` builds the full arguments where the bound launch cannot run."""
         if self.bound is None or not self.bound.launch(sources):
             self.kept.launch(self.grid, args())
+
+
+_V = TypeVar("_V")
+
+
+class Repeats(dict[tuple[Any, ...], _V]):
+    """Calls' launches to repeat, by the caller's key of everything a call's launches depend
+    on (:func:`.hopper._repeat_key`, :func:`.fp8._repeat_key`). :meth:`keep` empties it when
+    it holds ``bound`` entries, so a workload of ever new shapes keeps only recent ones."""
+
+    def __init__(self, bound: int = 1024) -> None:
+        super().__init__()
+        self.bound = bound
+
+    def keep(self, key: tuple[Any, ...], value: _V) -> None:
+        if len(self) >= self.bound:
+            self.clear()
+        self[key] = value
 
 
 #: (kernel, device, constants, warps, pipeline stages, registers, Triton's debug and

@@ -934,10 +934,8 @@ class _Repeat:
         return ForwardRun(target, lse, self.relaunch.config, self.why)
 
 
-#: Dense calls' decisions by :func:`_repeat_key`; emptied when it reaches the bound, so a
-#: workload of ever new shapes keeps only recent ones.
-_REPEATS: dict[tuple[Any, ...], _Repeat] = {}
-_REPEATS_BOUND = 1024
+#: Dense calls' decisions by :func:`_repeat_key`.
+_REPEATS: gluon_launch.Repeats[_Repeat] = gluon_launch.Repeats()
 
 
 def _repeat_key(
@@ -1131,9 +1129,7 @@ def hopper_attention_forward_run(
                     config, d, scale, sched, launched, _sources(q, k, v, target, lse, None)
                 )
                 if relaunch is not None:
-                    if len(_REPEATS) >= _REPEATS_BOUND:
-                        _REPEATS.clear()
-                    _REPEATS[repeat_key] = _Repeat(relaunch, why)
+                    _REPEATS.keep(repeat_key, _Repeat(relaunch, why))
         if out is not None and target is not out:
             out.copy_(target)
     return ForwardRun(target if out is None else out, lse, ran, why)
