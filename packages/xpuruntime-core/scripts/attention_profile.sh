@@ -6,6 +6,7 @@
 #   REPORT=attention_fwd_hd64c attention_profile.sh --causal --head-dim 64 --seqlen 2048
 #   REPORT=attention_bwd attention_profile.sh --backward --causal [--variants ...]
 #   SCRIPT=benchmarks/attention_fp8_bench.py REPORT=attention_fp8 attention_profile.sh --profile-calls
+#   SASS_SOURCE=1 attention_profile.sh ...   # also $OUT/${REPORT}_sass_<launch>.csv per launch
 set -uo pipefail
 OUT=${OUT:-device-out}
 mkdir -p "$OUT"
@@ -33,5 +34,15 @@ REPORT=${REPORT:-attention_fwd}
 "$NCU" --import "$OUT/$REPORT.ncu-rep" --page raw --csv \
   --metrics gpu__time_duration.sum,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active \
   >"$OUT/${REPORT}_pipes.csv" 2>&1
+# SASS_SOURCE=1: each profiled launch's SASS with its warp-state samples per instruction
+# (${REPORT}_sass_<launch>.csv), for ncu_loop_stalls.py.
+if [ "${SASS_SOURCE:-0}" = 1 ]; then
+  for launch in 0 1 2 3 4 5 6 7; do
+    "$NCU" --import "$OUT/$REPORT.ncu-rep" --page source --csv --print-source sass \
+      --launch-skip "$launch" --launch-count 1 >"$OUT/${REPORT}_sass_$launch.csv" 2>/dev/null &&
+      grep -q '^"Address"' "$OUT/${REPORT}_sass_$launch.csv" ||
+      { rm -f "$OUT/${REPORT}_sass_$launch.csv"; break; }
+  done
+fi
 grep -E "^  [A-Za-z_].*\(|Duration|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy" \
   "$OUT/${REPORT}_details.txt" | head -40
