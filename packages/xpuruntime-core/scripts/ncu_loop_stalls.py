@@ -12,6 +12,8 @@ reason, and the loop in runs of consecutive instructions of one opcode, each wit
 a warp sampled at an instruction is waiting to issue it (or issuing it), so a run's share is
 the share of the loop's time the warps spend reaching that part of the loop. ``--list``
 prints every instruction with its samples and top stall reasons instead of the runs.
+Exit status: 0 with a report, 1 when the page has no such loop, 2 when the file is not a
+readable source page with samples or ``--loop`` is out of range.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import collections
 import csv
+import itertools
 import re
 import signal
 import sys
@@ -42,11 +45,24 @@ class Instruction:
         return _PREDICATE.sub("", self.text).split()[0].split(".")[0]
 
 
+class PageError(Exception):
+    """The file is not an ncu source page with warp-state samples."""
+
+
 def read(path: Path) -> list[Instruction]:
     """The launch's instructions, in address order."""
-    with path.open(newline="") as handle:
-        rows = list(csv.reader(handle))
-    header_at = next(i for i, row in enumerate(rows) if row and row[0] == "Address")
+    try:
+        with path.open(newline="") as handle:
+            rows = list(csv.reader(handle))
+    except OSError as error:
+        raise PageError(f"{path}: cannot read it ({error.strerror})") from error
+    header_at = next((i for i, row in enumerate(rows) if row and row[0] == "Address"), None)
+    needed = ("Source", "Warp Stall Sampling (All Samples)")
+    if header_at is None or not all(name in rows[header_at] for name in needed):
+        raise PageError(
+            f"{path}: no SASS source page with warp-state samples (write it with ncu --page "
+            "source --csv --print-source sass from a report with SourceCounters)"
+        )
     header = rows[header_at]
     column = {name: i for i, name in enumerate(header)}
     reasons = [n for n in header if n.startswith("stall_") and "Not Issued" not in n]
@@ -78,6 +94,26 @@ def loops(code: list[Instruction]) -> list[tuple[int, int]]:
     return found
 
 
+def _samples(code: list[Instruction], loop: tuple[int, int]) -> int:
+    return sum(ins.samples for ins in code[loop[0] : loop[1] + 1])
+
+
+def hottest(code: list[Instruction], found: list[tuple[int, int]]) -> tuple[int, int]:
+    """The loop with the most samples; where that is an outer loop, the innermost loop
+    within it holding at least 30 % of its samples."""
+    chosen = max(found, key=lambda loop: _samples(code, loop))
+    heat = _samples(code, chosen)
+    inner = [
+        loop
+        for loop in found
+        if loop != chosen
+        and chosen[0] <= loop[0]
+        and loop[1] <= chosen[1]
+        and _samples(code, loop) >= 0.3 * heat
+    ]
+    return min(inner, key=lambda loop: loop[1] - loop[0]) if inner else chosen
+
+
 def _share(counter: collections.Counter[str], total: int, n: int = 10) -> str:
     return ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in counter.most_common(n))
 
@@ -86,7 +122,7 @@ def report(code: list[Instruction], loop: tuple[int, int], listing: bool) -> Non
     first, last = loop
     body = code[first : last + 1]
     total = sum(ins.samples for ins in code) or 1
-    in_loop = sum(ins.samples for ins in body) or 1
+    in_loop = _samples(code, loop) or 1
     base = code[0].address
     print(
         f"loop {body[0].address - base:#x}-{body[-1].address - base:#x}: {len(body)} "
@@ -106,16 +142,11 @@ def report(code: list[Instruction], loop: tuple[int, int], listing: bool) -> Non
             print(f"  {ins.address - base:#07x} {ins.samples:7d}  {ins.text[:64]:64s} {reasons}")
         return
     print("  runs of one opcode (share of the loop's samples, instructions):")
-    run_op, run_samples, run_len = body[0].opcode, 0, 0
-    for ins in [*body, None]:
-        if ins is None or ins.opcode != run_op:
-            if 100 * run_samples / in_loop >= 0.5:
-                print(f"    {run_op:12s} {100 * run_samples / in_loop:5.1f}%  x{run_len}")
-            if ins is None:
-                break
-            run_op, run_samples, run_len = ins.opcode, 0, 0
-        run_samples += ins.samples
-        run_len += 1
+    for opcode, run in itertools.groupby(body, key=lambda ins: ins.opcode):
+        run = list(run)
+        share = 100 * sum(ins.samples for ins in run) / in_loop
+        if share >= 0.5:
+            print(f"    {opcode:12s} {share:5.1f}%  x{len(run)}")
 
 
 def main() -> int:
@@ -125,28 +156,19 @@ def main() -> int:
     parser.add_argument("--list", action="store_true", help="every instruction, not the runs")
     args = parser.parse_args()
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped into head: stop quietly
-    code = read(args.source_csv)
+    try:
+        code = read(args.source_csv)
+    except PageError as error:
+        print(error, file=sys.stderr)
+        return 2
     found = loops(code)
-    if not code or not found:
-        print(f"{args.source_csv}: no instructions or no loop of {MIN_LOOP}+", file=sys.stderr)
+    if not found:
+        print(f"{args.source_csv}: no loop of {MIN_LOOP}+ instructions", file=sys.stderr)
         return 1
-    if args.loop is not None:
-        chosen = found[args.loop]
-    else:
-        chosen = max(found, key=lambda lp: sum(i.samples for i in code[lp[0] : lp[1] + 1]))
-        # The hottest range may be an outer loop: take the innermost of equal-enough heat.
-        inner = [
-            lp
-            for lp in found
-            if lp[0] >= chosen[0]
-            and lp[1] <= chosen[1]
-            and lp != chosen
-            and sum(i.samples for i in code[lp[0] : lp[1] + 1])
-            >= 0.3 * sum(i.samples for i in code[chosen[0] : chosen[1] + 1])
-        ]
-        if inner:
-            chosen = min(inner, key=lambda lp: lp[1] - lp[0])
-    report(code, chosen, args.list)
+    if args.loop is not None and not 0 <= args.loop < len(found):
+        print(f"--loop {args.loop}: the page has loops 0 to {len(found) - 1}", file=sys.stderr)
+        return 2
+    report(code, found[args.loop] if args.loop is not None else hottest(code, found), args.list)
     return 0
 
 

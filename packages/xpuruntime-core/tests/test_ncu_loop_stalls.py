@@ -89,4 +89,20 @@ def test_a_page_without_a_long_loop_is_refused(tmp_path: Path) -> None:
     code = [("FADD R6, R6, R7", 3, "selected")] * 5 + [("BRA ->0", 1, "selected")]
     result = _run(_page(tmp_path / "page.csv", code))
     assert result.returncode == 1
-    assert "no loop of 100+" in result.stderr
+    assert "no loop of 100+ instructions" in result.stderr
+
+
+def test_a_missing_file_a_page_without_samples_and_a_bad_loop_get_clear_errors(
+    tmp_path: Path,
+) -> None:
+    missing = _run(tmp_path / "absent.csv")
+    assert (missing.returncode, missing.stdout) == (2, "")
+    assert "absent.csv: cannot read it" in missing.stderr
+    details = tmp_path / "details.csv"
+    details.write_text('"ID","Kernel Name","gpu__time_duration.sum"\n"0","_kernel","1.5"\n')
+    wrong = _run(details)
+    assert wrong.returncode == 2
+    assert "no SASS source page with warp-state samples" in wrong.stderr
+    beyond = _run(_page(tmp_path / "page.csv", _kernel()), "--loop", "1")
+    assert beyond.returncode == 2
+    assert "--loop 1: the page has loops 0 to 0" in beyond.stderr
