@@ -19,6 +19,10 @@ calls), in an order that rotates each round, and the median over 9 rounds is kep
   ``KernelPolicy(attention="xrt_flash_fp8")`` runs exactly these launches);
 - ``e4m3``: the fp8 kernel on e4m3 query, key and value with one descale factor each
   (``fp8.from_fp8``, FlashAttention-3's inputs): the kernel alone, nothing quantized inside;
+- ``cudnn fp8``: cuDNN's own fp8 forward on the same e4m3 tensors and descales
+  (``_cudnn_fp8``, the cuDNN frontend's ``sdpa_fp8``; e4m3 output on Hopper): the fp8 peer.
+  It needs ``pip install nvidia-cudnn-frontend``; without it the column reads ``-`` and the
+  JSON says why;
 - with ``--sweep``, ``fp8[i]``: every Triton fp8 tile candidate i, and on an H100/H200
   ``fp8 <variant>``: every Gluon fp8 variant, to order the candidates.
 
@@ -41,6 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _cudnn_fp8
 import torch
 import torch.nn.functional as F
 from _attention_reference import errors, reference
@@ -101,7 +106,8 @@ def case(dim: int, seqlen: int, causal: bool, sweep: bool, rounds: int) -> dict[
         for _ in range(3)
     )
     qz = fp8.quantize(q, k, v, layout="bhsd")
-    e4m3 = _per_tensor_e4m3(q, k, v)
+    tensors8, descales = _per_tensor_e4m3_tensors(q, k, v)
+    e4m3 = fp8.from_fp8(*tensors8, descales, layout="bhsd")
     triton_tiles = fp8_candidates(dim, torch.cuda.get_device_capability())[0]
     # The Triton kernel's inputs: the value in its key order (no reordering copy per call).
     qz_triton = fp8.quantize(q, k, v, layout="bhsd", key_order="sequential")
@@ -116,6 +122,8 @@ def case(dim: int, seqlen: int, causal: bool, sweep: bool, rounds: int) -> dict[
             fp8.quantize(q, k, v, layout="bhsd"), causal=causal, scale=None, layout="bhsd"
         )[0],
     }
+    if not CUDNN_FP8_UNAVAILABLE:
+        impls["cudnn fp8"] = _cudnn_fp8.sdpa_fp8(*tensors8, descales, causal)
     if HOPPER:
         impls["fp8 triton"] = lambda: fp8.forward(
             qz_triton, causal=causal, scale=None, layout="bhsd", tiles=triton_tiles
@@ -181,21 +189,42 @@ def case(dim: int, seqlen: int, causal: bool, sweep: bool, rounds: int) -> dict[
             "e4m3": fp8.forward(_per_tensor_e4m3(*first), causal=causal, scale=None, layout="bhsd")[
                 0
             ],
+            **_cudnn_fp8_output(first, causal),
             "bf16_rounded_reference": ref.to(torch.bfloat16),
         }
         row["errors"] = {name: errors(out, ref) for name, out in outs.items()}
     return row
 
 
-def _per_tensor_e4m3(q: Any, k: Any, v: Any) -> fp8.Quantized:
-    """e4m3 copies of q, k, v with one descale factor each (FlashAttention-3's inputs)."""
+def _per_tensor_e4m3_tensors(
+    q: Any, k: Any, v: Any
+) -> tuple[tuple[Any, Any, Any], tuple[Any, Any, Any]]:
+    """e4m3 copies of q, k, v and their descale factors, one each (FlashAttention-3's inputs)."""
     quantized, descales = [], []
     for x in (q, k, v):
         d = (x.float().abs().amax() / 448).reshape(1)
         quantized.append((x.float() / d).to(fp8.FP8))
         descales.append(d)
-    q8, k8, v8 = quantized
-    return fp8.from_fp8(q8, k8, v8, (descales[0], descales[1], descales[2]), layout="bhsd")
+    return (quantized[0], quantized[1], quantized[2]), (descales[0], descales[1], descales[2])
+
+
+def _per_tensor_e4m3(q: Any, k: Any, v: Any) -> fp8.Quantized:
+    """The e4m3 copies of :func:`_per_tensor_e4m3_tensors` as the fp8 kernel takes them."""
+    (q8, k8, v8), descales = _per_tensor_e4m3_tensors(q, k, v)
+    return fp8.from_fp8(q8, k8, v8, descales, layout="bhsd")
+
+
+#: Why cuDNN's fp8 forward is not timed here ("" where it is).
+CUDNN_FP8_UNAVAILABLE = _cudnn_fp8.unavailable()
+
+
+def _cudnn_fp8_output(inputs: tuple[Any, Any, Any], causal: bool) -> dict[str, Any]:
+    """cuDNN's fp8 output on the per-tensor e4m3 copies of ``inputs``, for the errors (none
+    where it cannot run)."""
+    if CUDNN_FP8_UNAVAILABLE:
+        return {}
+    tensors8, descales = _per_tensor_e4m3_tensors(*inputs)
+    return {"cudnn_fp8": _cudnn_fp8.sdpa_fp8(*tensors8, descales, causal)().float()}
 
 
 def fp8_inputs_check() -> dict[str, Any]:
@@ -369,8 +398,11 @@ def main() -> None:
     rows = []
     header = (
         f"{'hd':>3} {'S':>6} {'causal':>6} | {'cuDNN':>6} {'FA-2':>6} {'xrt':>6} {'fp8':>6} "
-        f"{'fp8+q':>6} {'e4m3':>6} | fp8/xrt fp8+q/xrt e4m3/xrt fp8/cuDNN | rel err fp8 / e4m3 / xrt / cuDNN"
+        f"{'fp8+q':>6} {'e4m3':>6} {'cuDNN8':>6} | fp8/xrt fp8+q/xrt e4m3/xrt fp8/cuDNN "
+        f"cuDNN8/xrt fp8/cuDNN8 | rel err fp8 / e4m3 / cuDNN8 / xrt / cuDNN"
     )
+    if CUDNN_FP8_UNAVAILABLE:
+        print(f"cuDNN8 (cuDNN's fp8 forward) not timed: {CUDNN_FP8_UNAVAILABLE}", file=sys.stderr)
     print(torch.cuda.get_device_name(), torch.__version__, file=sys.stderr)
     print(header)
     for dim in dims:
@@ -382,16 +414,24 @@ def main() -> None:
                 err = row.get("errors", {})
                 errs = " / ".join(
                     f"{err[n]['rel_fro']:.2e}" if n in err else "-"
-                    for n in ("fp8", "e4m3", "xrt", "cudnn")
+                    for n in ("fp8", "e4m3", "cudnn_fp8", "xrt", "cudnn")
                 )
+                if "cudnn fp8" in ms:
+                    peer = (
+                        f"{t['cudnn fp8']:6.0f}",
+                        f"{ms['xrt'] / ms['cudnn fp8']:10.2f} {ms['cudnn fp8'] / ms['fp8']:11.2f}",
+                    )
+                else:
+                    peer = (f"{'-':>6}", f"{'-':>10} {'-':>11}")
                 sweep = " ".join(
                     f"{n}={t[n]:.0f}" for n in t if n.startswith("fp8[") or n.startswith("fp8 ")
                 )
                 print(
                     f"{dim:>3} {seqlen:>6} {causal!s:>6} | {t['cudnn']:6.0f} {t['flash']:6.0f} "
-                    f"{t['xrt']:6.0f} {t['fp8']:6.0f} {t['fp8+q']:6.0f} {t['e4m3']:6.0f} | "
-                    f"{ms['xrt'] / ms['fp8']:7.2f} {ms['xrt'] / ms['fp8+q']:9.2f} "
-                    f"{ms['xrt'] / ms['e4m3']:8.2f} {ms['cudnn'] / ms['fp8']:9.2f} | {errs} {sweep}",
+                    f"{t['xrt']:6.0f} {t['fp8']:6.0f} {t['fp8+q']:6.0f} {t['e4m3']:6.0f} "
+                    f"{peer[0]} | {ms['xrt'] / ms['fp8']:7.2f} {ms['xrt'] / ms['fp8+q']:9.2f} "
+                    f"{ms['xrt'] / ms['e4m3']:8.2f} {ms['cudnn'] / ms['fp8']:9.2f} {peer[1]} | "
+                    f"{errs} {sweep}",
                     flush=True,
                 )
     result = {
@@ -401,6 +441,7 @@ def main() -> None:
         "cudnn": torch.backends.cudnn.version(),
         "triton": __import__("triton").__version__,
         "command": " ".join(sys.argv),
+        "cudnn_fp8_unavailable": CUDNN_FP8_UNAVAILABLE,
         "fp8_inputs": fp8_inputs_check(),
         "quant_breakdown_ms": quant_breakdown(),
         "host_and_gpu_ms": host_times(),

@@ -2,8 +2,9 @@
 # GPU phase: xrt_flash_fp8 (float8 e4m3 forward). compute-sanitizer memcheck and racecheck
 # over tiny calls (every tile candidate and Gluon variant, GQA/MQA, packed sequences with an
 # empty one, e4m3 inputs), the benchmark against our fastest bf16 forward, cuDNN and
-# SDPA-flash (every fp8 tile candidate and Gluon variant timed too), and an Nsight Compute
-# profile of the fp8 forwards beside our bf16 forward and cuDNN's.
+# SDPA-flash (every fp8 tile candidate and Gluon variant timed too; cuDNN's own fp8 forward
+# too where nvidia-cudnn-frontend is installed: carry its cp312 wheel in .device/wheels),
+# and an Nsight Compute profile of the fp8 forwards beside our bf16 forward and cuDNN's.
 # FP8_PARTS picks some of "sanitize bench profile" (default: all); FP8_BENCH_ARGS adds flags.
 set -uo pipefail
 LOGS=${1:-.}
