@@ -2,13 +2,14 @@
 cuDNN frontend (``pip install nvidia-cudnn-frontend``; it loads the cuDNN that PyTorch ships).
 
 e4m3 query, key and value with one descale factor each (FlashAttention-3's inputs, the same
-as the bench's ``e4m3`` case), inference only (no statistics); P is quantized with scale 448. On Hopper cuDNN writes the
-output in e4m3 too (its bf16 output is Blackwell-only); ``scale_o`` is one, so the output is
-the attention in real units rounded to e4m3.
+as the bench's ``e4m3`` case), inference only (no statistics), P quantized with scale 448.
+On Hopper cuDNN writes the output in e4m3 too (its bf16 output is Blackwell-only);
+``scale_o`` is one, so the output is the attention in real units rounded to e4m3.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,14 @@ def unavailable() -> str:
     return ""
 
 
+@functools.cache
+def _handle() -> Any:
+    """One cuDNN handle for every graph of the process (each call sets its stream)."""
+    import cudnn
+
+    return cudnn.create_handle()
+
+
 def sdpa_fp8(
     q8: torch.Tensor,
     k8: torch.Tensor,
@@ -40,24 +49,23 @@ def sdpa_fp8(
     import cudnn
 
     e4m3, f32 = cudnn.data_type.FP8_E4M3, cudnn.data_type.FLOAT
-    handle = cudnn.create_handle()
+    handle = _handle()
     graph = cudnn.pygraph(
         io_data_type=e4m3, intermediate_data_type=f32, compute_data_type=f32, handle=handle
     )
     shape, stride = tuple(q8.shape), tuple(q8.stride())
-    tensors = [
+    q_t, k_t, v_t = (
         graph.tensor(name=name, dim=tuple(x.shape), stride=tuple(x.stride()), data_type=e4m3)
         for name, x in (("q", q8), ("k", k8), ("v", v8))
-    ]
-    scalars = [
-        graph.tensor(name=name, dim=(1, 1, 1, 1), stride=(1, 1, 1, 1), data_type=f32)
-        for name in ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
-    ]
+    )
+    scalar_names = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
+    scalars = {
+        name: graph.tensor(name=name, dim=(1, 1, 1, 1), stride=(1, 1, 1, 1), data_type=f32)
+        for name in scalar_names
+    }
     out_t, _, amax_s_t, amax_o_t = graph.sdpa_fp8(
-        q=tensors[0], k=tensors[1], v=tensors[2],
-        descale_q=scalars[0], descale_k=scalars[1], descale_v=scalars[2],
-        descale_s=scalars[3], scale_s=scalars[4], scale_o=scalars[5],
-        is_inference=True, attn_scale=1 / math.sqrt(shape[-1]), use_causal_mask=causal,
+        q=q_t, k=k_t, v=v_t, **scalars, is_inference=True,
+        attn_scale=1 / math.sqrt(shape[-1]), use_causal_mask=causal,
     )  # fmt: skip
     out_t.set_output(True).set_dim(shape).set_stride(stride).set_data_type(e4m3)
     for amax in (amax_s_t, amax_o_t):
@@ -74,14 +82,11 @@ def sdpa_fp8(
     # scales it; a scale of one would flush every weight below 2^-9.
     scale_s = torch.full_like(one, 448.0)
     out = torch.empty_like(q8)
+    values = (*(d.reshape(1, 1, 1, 1) for d in descales), 1 / scale_s, scale_s, one)
     pack: dict[Any, torch.Tensor] = {
-        out_t: out,
-        amax_s_t: torch.empty_like(one),
-        amax_o_t: torch.empty_like(one),
-        tensors[0]: q8, tensors[1]: k8, tensors[2]: v8,
-        scalars[0]: descales[0].reshape(1, 1, 1, 1), scalars[1]: descales[1].reshape(1, 1, 1, 1),
-        scalars[2]: descales[2].reshape(1, 1, 1, 1),
-        scalars[3]: 1 / scale_s, scalars[4]: scale_s, scalars[5]: one,
+        out_t: out, amax_s_t: torch.empty_like(one), amax_o_t: torch.empty_like(one),
+        q_t: q8, k_t: k8, v_t: v8,
+        **{scalars[name]: value for name, value in zip(scalar_names, values, strict=True)},
     }  # fmt: skip
 
     def call() -> torch.Tensor:
