@@ -186,12 +186,20 @@ def _lse_bound(detail: str) -> float:
     """How far the log-sum-exp of the kernel the detail names may be from the reference of
     its quantized inputs: 1e-2, and with the Gluon kernel's sums' GEMM (``u``) the rounding
     of P to e4m3 (each within 2**-4 of its value, so the sum O was normalised with is within
-    log(1 / (1 - 2**-4)) of the exact one in log)."""
+    log(1 / (1 - 2**-4)) of the exact one in log); with half bits (``b``) P is first the
+    linear interpolation of 2**x within its octave times 2 ln(2)**2, between 0.961 and 1.020
+    times 2**x."""
     from xpuruntime.kernels.attention import hopper
 
     match = re.search(r"warp-specialised, (\w+)", detail)
-    rounded = match is not None and hopper.parse_variant(match.group(1)).sum_mma
-    return 1e-2 + (math.log(1 / (1 - 2**-4)) if rounded else 0.0)
+    variant = hopper.parse_variant(match.group(1)) if match is not None else None
+    rounded = variant is not None and variant.sum_mma
+    interpolated = variant is not None and variant.half_bits
+    return (
+        1e-2
+        + (math.log(1 / (1 - 2**-4)) if rounded else 0.0)
+        + (-math.log(0.9609) if interpolated else 0.0)
+    )
 
 
 def _dequantized(qz: Any, q: Any, seq: int, rows: int = 1) -> tuple[Any, Any, Any]:
@@ -387,6 +395,7 @@ HOPPER = DEVICE == "cuda" and __import__("torch").cuda.get_device_capability() =
         "m64n128s3pp_pe4ru",
         "m64n128s3pp_pru",
         "m64n128s3np_pru",
+        "m64n128s3np_lrub",
     ],
 )
 def test_hopper_fp8_kernel_matches_its_inputs_reference(
@@ -511,6 +520,73 @@ def test_hopper_fp8_kernel_takes_short_and_uneven_lengths(
     exact_out, exact_lse = _reference(*_dequantized(qz, q, seq_k, 64), causal)
     assert _relative(out, exact_out) < 0.03
     assert (lse - exact_lse).abs().max().item() < _lse_bound(detail)
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Gluon fp8 kernel runs on sm_90 (H100, H200)")
+@pytest.mark.parametrize("causal", [False, True])
+def test_hopper_fp8_half_bits_take_keys_far_below_the_max_as_zero(
+    causal: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With half bits (``b``) a key far below its row's max (2**-60 and 2**-200: past the
+    16-bit field the bits are read from, where they would wrap) gets P = 0, as the exact
+    exponential's e4m3 does, and a row's keys spread over the octaves of e4m3's range are
+    weighted as the exponential weights them: the output is the reference of the quantized
+    inputs', and within a third of the exponential variant's error of it."""
+    import torch
+
+    from xpuruntime.kernels.attention import fp8, hopper
+
+    torch.manual_seed(3)
+    u = torch.nn.functional.normalize(torch.randn(128, device="cuda"), dim=0)
+    q = (8 * u + 0.05 * torch.randn(1, 2, 640, 128, device="cuda")).bfloat16()
+    # Scores in log2 of key j against the rows' max: 0 for key 0, then spread from -1 to -20,
+    # and keys 100 and 300 at -60 and -200.
+    below = torch.linspace(1, 20, 640, device="cuda")
+    below[0], below[100], below[300] = 0, 60, 200
+    k = (-below.view(1, 1, -1, 1) / 8 * math.sqrt(128) / math.log2(math.e) * u).bfloat16()
+    k = k.expand(1, 2, 640, 128).contiguous()
+    v = torch.randn(1, 2, 640, 128, device="cuda", dtype=torch.bfloat16)
+    qz = fp8.quantize(q, k, v, layout="bhsd")
+    exact_out, exact_lse = _reference(*_dequantized(qz, q, 640, 64), causal)
+    errors = {}
+    for name in ("m64n128s3np_prub", "m64n128s3np_pru"):
+        monkeypatch.setenv(hopper.FP8_VARIANT_ENV, name)
+        out, lse, detail = fp8.forward(qz, causal=causal, scale=None, layout="bhsd")
+        assert f"{name})" in detail, detail
+        assert torch.isfinite(out).all()
+        assert (lse - exact_lse).abs().max().item() < _lse_bound(detail)
+        errors[name] = _relative(out, exact_out)
+    assert errors["m64n128s3np_prub"] < 0.03
+    assert errors["m64n128s3np_prub"] < 1.34 * errors["m64n128s3np_pru"] + 1e-3, errors
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Gluon fp8 kernel runs on sm_90 (H100, H200)")
+@pytest.mark.parametrize("variant", ["m64n128s3np_prub", "m64n128s3np_pub", "m64n128s3np_pru"])
+def test_hopper_fp8_nan_scores_make_their_rows_nan(
+    variant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A NaN key makes the output and log-sum-exp of every row that sees it NaN, as the
+    reference's softmax does, with half bits (``b``, which read a NaN score as P = 0 and
+    carry the NaN in the running max instead, lazy or not) as with exponentials; rows that
+    do not see it (causal, before its key block, whose scale the NaN also makes NaN) stay
+    finite."""
+    import torch
+
+    from xpuruntime.kernels.attention import fp8, hopper
+
+    monkeypatch.setenv(hopper.FP8_VARIANT_ENV, variant)
+    q, k, v = _inputs(1, 4, 4, 384, 128, torch.bfloat16, seed=5)
+    k[:, :, 200] = float("nan")
+    qz = fp8.quantize(q, k, v, layout="bhsd")
+    for causal in (False, True):
+        out, lse, detail = fp8.forward(qz, causal=causal, scale=None, layout="bhsd")
+        assert f"{variant})" in detail, detail
+        sees = torch.arange(384, device=out.device) >= (200 if causal else 0)
+        assert torch.isnan(out[:, :, sees]).all(-1).all()
+        assert torch.isnan(lse[:, :, sees]).all()
+        if causal:  # the key block of the NaN is keys 128-255
+            assert torch.isfinite(out[:, :, :128]).all()
+            assert torch.isfinite(lse[:, :, :128]).all()
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon fp8 kernel runs on sm_90 (H100, H200)")

@@ -361,7 +361,7 @@ def test_sums_by_the_tensor_cores_are_an_fp8_flag_the_kernel_receives(
             hopper.kernel_constants(variant, 128, False, varlen=False, k_scale_block=None)
     monkeypatch.delenv(hopper.FP8_VARIANT_ENV, raising=False)
     default = hopper.fp8_variant(128)
-    assert default.name == "m64n128s3np_pru"
+    assert default.name == "m64n128s3np_prub"
     assert hopper.kernel_constants(default, 128, False, varlen=False, k_scale_block=128)["SUM_MMA"]
     # The fp8 default before it (without u) stays a candidate, and receives no sums.
     before = hopper.fp8_variant(128, "m64n128s3pp_pe4r")
@@ -369,7 +369,7 @@ def test_sums_by_the_tensor_cores_are_an_fp8_flag_the_kernel_receives(
     assert not hopper.kernel_constants(before, 128, False, varlen=False, k_scale_block=128)[
         "SUM_MMA"
     ]
-    assert {"m64n128s3np_pru", "m64n128s3pp_pru", "m64n128s3pp_pe4ru"} <= set(
+    assert {"m64n128s3np_pru", "m64n128s3pp_pru", "m64n128s3pp_pe4ru", "m64n128s3np_prub"} <= set(
         hopper.variant_names(128, fp8=True)
     )
     assert not any(hopper.parse_variant(n).sum_mma for n in hopper.variant_names(128))
@@ -379,6 +379,42 @@ def test_sums_by_the_tensor_cores_are_an_fp8_flag_the_kernel_receives(
         hopper.parse_variant("m64n64s2np_po2g1u")
     with pytest.raises(InvalidArgumentError, match="is not of the form"):
         hopper.parse_variant("m64n128s3pp_pue4")
+
+
+def test_half_bits_are_an_fp8_flag_after_the_sums_gemm() -> None:
+    """``b`` (P from a half's bits, no exponential) parses after ``u``, round-trips, reaches
+    the kernel as ``EXP_MODE`` = EXP_HALF_BITS (``e4`` as EXP_POLY4, neither as EXP_SFU), and
+    is refused without ``u`` (its P is not summed in float32) and with ``e4`` (it replaces
+    every exponential); 16-bit calls refuse it with ``u``. No 16-bit candidate offers it."""
+    from xpuruntime.kernels.attention import exp_modes, hopper
+    from xpuruntime.runtime.errors import InvalidArgumentError
+
+    variant = hopper.parse_variant("m64n128s3np_prub")
+    assert (variant.half_bits, variant.sum_mma, variant.exp_emu) == (True, True, False)
+    assert variant.name == "m64n128s3np_prub"
+    assert hopper.parse_variant("m64n128s3np_pru").name == "m64n128s3np_pru"
+    modes = {
+        name: hopper.kernel_constants(
+            hopper.parse_variant(name), 128, True, varlen=False, k_scale_block=128
+        )["EXP_MODE"]
+        for name in ("m64n128s3np_prub", "m64n128s3pp_pe4ru", "m64n128s3np_pru")
+    }
+    assert modes == {
+        "m64n128s3np_prub": exp_modes.HALF_BITS,
+        "m64n128s3pp_pe4ru": exp_modes.POLY4,
+        "m64n128s3np_pru": exp_modes.SFU,
+    }
+    assert len({exp_modes.SFU, exp_modes.POLY4, exp_modes.HALF_BITS}) == 3
+    for name in ("m64n128s3np_prb", "m64n128s3pp_pe4rub"):
+        with pytest.raises(InvalidArgumentError, match="take u with b"):
+            hopper.parse_variant(name)
+    with pytest.raises(InvalidArgumentError, match="is not of the form"):
+        hopper.parse_variant("m64n128s3np_prbu")
+    with pytest.raises(InvalidArgumentError, match="fp8 kernel"):
+        hopper.kernel_constants(variant, 128, False, varlen=False, k_scale_block=None)
+    assert not any(
+        hopper.parse_variant(n).half_bits for d in hopper.HEAD_DIMS for n in hopper.variant_names(d)
+    )
 
 
 def test_forward_kernel_never_specialises_the_key_length() -> None:

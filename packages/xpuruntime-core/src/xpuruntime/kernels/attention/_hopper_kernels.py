@@ -47,6 +47,8 @@ keys past ``seqlen_k`` masked with -inf, and the natural-log log-sum-exp (float3
 
 from __future__ import annotations
 
+import math
+
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -56,8 +58,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+from triton.language import PropagateNan
+
+from xpuruntime.kernels.attention import exp_modes
 
 LN2: gl.constexpr = gl.constexpr(0.6931471805599453)
+PROPAGATE_NAN: gl.constexpr = gl.constexpr(PropagateNan.ALL)
 #: fp8: log2 of the probabilities' factor (p <= 2**P_SHIFT: e4m3's range, whose largest
 #: finite value is 448, keeps probabilities down to 2**-17 instead of flushing those below
 #: 2**-9), as :mod:`._fp8_kernels` does it.
@@ -71,6 +77,16 @@ LAZY_T: gl.constexpr = gl.constexpr(8.0)
 LAZY_T_FP8: gl.constexpr = gl.constexpr(4.0)
 #: Four e4m3 ones (0x38) in a 32-bit word.
 E4M3_ONES: gl.constexpr = gl.constexpr(0x38383838)
+#: ``EXP_MODE``, how the softmax's exponentials are computed (:mod:`.exp_modes`).
+EXP_POLY4: gl.constexpr = gl.constexpr(exp_modes.POLY4)
+EXP_HALF_BITS: gl.constexpr = gl.constexpr(exp_modes.HALF_BITS)
+#: ``EXP_HALF_BITS`` (:data:`_HALF_BITS_ASM`): the exponents x from -HALF_BITS_BIAS on, over
+#: HALF_BITS_OCTAVES octaves, map to [0, 1]. The bias is a half's exponent bias, 15, less
+#: log2 of the linear interpolation's mean excess over an octave (the integral of
+#: (1 + f) / 2**f over [0, 1), 1 / (2 ln(2)**2)), so that P, and with it the rows' sums and
+#: the log-sum-exp, is not high on average (O, their ratio, does not see the factor).
+HALF_BITS_BIAS: gl.constexpr = gl.constexpr(15 - math.log2(1 / (2 * math.log(2) ** 2)))
+HALF_BITS_OCTAVES: gl.constexpr = gl.constexpr(32.0)
 
 
 @gluon.constexpr_function
@@ -107,23 +123,51 @@ def _lazy_threshold(fp8, lazy):
 #: thresholds, running + LAZY_T, 6-7 the running max). The lanes of a row's quad agree only
 #: when some thread of the warp has a candidate past its threshold (a vote, so the branch is
 #: the warp's): then the quad's max (two shuffles) moves the rows past their thresholds. A
-#: block whose maxima stay (most blocks after a row's first) needs no cross-lane step.
-_QUAD_MAX_IF_MOVED: gl.constexpr = gl.constexpr(
-    "{\n.reg .pred mv, any;\n.reg .f32 a, b, t;\n"
-    "setp.gt.f32 mv, $2, $4;\n"
-    "setp.gt.or.f32 mv, $3, $5, mv;\n"
-    "vote.sync.any.pred any, mv, 0xffffffff;\n"
-    "mov.f32 $0, $6;\nmov.f32 $1, $7;\n"
-    "@!any bra DONE;\n"
-    "mov.f32 a, $2;\nmov.f32 b, $3;\n"
-    "shfl.sync.bfly.b32 t, a, 1, 0x1f, 0xffffffff;\nmax.f32 a, a, t;\n"
-    "shfl.sync.bfly.b32 t, b, 1, 0x1f, 0xffffffff;\nmax.f32 b, b, t;\n"
-    "shfl.sync.bfly.b32 t, a, 2, 0x1f, 0xffffffff;\nmax.f32 a, a, t;\n"
-    "shfl.sync.bfly.b32 t, b, 2, 0x1f, 0xffffffff;\nmax.f32 b, b, t;\n"
-    "setp.gt.f32 mv, a, $4;\n@mv mov.f32 $0, a;\n"
-    "setp.gt.f32 mv, b, $5;\n@mv mov.f32 $1, b;\n"
-    "DONE:\n}"
-)
+#: block whose maxima stay (most blocks after a row's first) needs no cross-lane step. With
+#: ``propagate_nan`` a NaN candidate moves the max to NaN (unordered compares, max.NaN).
+@gluon.constexpr_function
+def _quad_max_if_moved_asm(propagate_nan):
+    gt, mx = ("gtu", "max.NaN.f32") if propagate_nan else ("gt", "max.f32")
+    return (
+        "{\n.reg .pred mv, any;\n.reg .f32 a, b, t;\n"
+        f"setp.{gt}.f32 mv, $2, $4;\n"
+        f"setp.{gt}.or.f32 mv, $3, $5, mv;\n"
+        "vote.sync.any.pred any, mv, 0xffffffff;\n"
+        "mov.f32 $0, $6;\nmov.f32 $1, $7;\n"
+        "@!any bra DONE;\n"
+        "mov.f32 a, $2;\nmov.f32 b, $3;\n"
+        f"shfl.sync.bfly.b32 t, a, 1, 0x1f, 0xffffffff;\n{mx} a, a, t;\n"
+        f"shfl.sync.bfly.b32 t, b, 1, 0x1f, 0xffffffff;\n{mx} b, b, t;\n"
+        f"shfl.sync.bfly.b32 t, a, 2, 0x1f, 0xffffffff;\n{mx} a, a, t;\n"
+        f"shfl.sync.bfly.b32 t, b, 2, 0x1f, 0xffffffff;\n{mx} b, b, t;\n"
+        f"setp.{gt}.f32 mv, a, $4;\n@mv mov.f32 $0, a;\n"
+        f"setp.{gt}.f32 mv, b, $5;\n@mv mov.f32 $1, b;\n"
+        "DONE:\n}"
+    )
+
+
+@gluon.jit
+def _max_nan(a, b):
+    return gl.maximum(a, b, propagate_nan=PROPAGATE_NAN)
+
+
+@gluon.jit
+def _maximum(a, b, NAN: gl.constexpr):
+    """max(a, b) elementwise; with ``NAN`` a NaN in either gives NaN (PTX max.NaN, as
+    cheap), where the plain max passes it over."""
+    if NAN:
+        return _max_nan(a, b)
+    else:
+        return gl.maximum(a, b)
+
+
+@gluon.jit
+def _max(x, axis: gl.constexpr, NAN: gl.constexpr):
+    """x's max along ``axis``; with ``NAN`` NaN if any of it is (see :func:`_maximum`)."""
+    if NAN:
+        return gl.reduce(x, axis, _max_nan)
+    else:
+        return gl.max(x, axis)
 
 
 @gluon.constexpr_function
@@ -160,6 +204,24 @@ def _exp2_one_in_four_asm() -> str:
 
 
 _EXP2_ONE_IN_4: gl.constexpr = gl.constexpr(_exp2_one_in_four_asm())
+
+
+@gluon.constexpr_function
+def _keeps_nan(mode):
+    """Whether the running max must carry a NaN score (as NaN): half bits read a NaN score
+    as P = 0 (:data:`_HALF_BITS_ASM`), so the row's NaN has to reach O through its max (and
+    the factor of its older blocks), as an exponential's NaN P does."""
+    return mode == exp_modes.HALF_BITS
+
+
+@gluon.constexpr_function
+def _masked_mode(mode):
+    """``EXP_MODE`` of a masked block: the polynomial takes finite values only (a masked
+    block's -inf would give 2**-126), so those blocks keep the special-function unit; half
+    bits read -inf as 0, and P's form must be the unmasked blocks' (it is carried across)."""
+    return mode if mode == exp_modes.HALF_BITS else exp_modes.SFU
+
+
 _CONSTRAINTS_4: gl.constexpr = gl.constexpr(",".join(["=f"] * 4 + ["f"] * 4))
 
 
@@ -171,17 +233,61 @@ _E4M3X4_ASM: gl.constexpr = gl.constexpr(
     "mov.b32 $0, {lo, hi};\n}"
 )
 
+#: ``EXP_HALF_BITS``: 2**x as the bits of a half, without an exponential (operands: the
+#: result, then x's score, the scale and the offset, x = score * scale - offset). y = (x +
+#: HALF_BITS_BIAS) / HALF_BITS_OCTAVES, saturated to [0, 1] by the multiply-add itself (-inf,
+#: masked, and anything below the bias gives 0; NaN too, which the running max carries
+#: instead: :func:`_softmax`), then t = 1.5 * 2**23 + 2**15 * y, whose low 16 bits are I =
+#: round(2**10 * (x + bias)) in [0, 2**15]: read as a half, 2**floor(x) * (1 + frac(x)) over
+#: the bias, 2**x interpolated linearly within each octave (Schraudolph's trick; -3.9 % to
+#: +2.0 % of it with the bias's correction), which the conversion to e4m3
+#: (:data:`_E4M3X4_FROM_HALF_BITS_ASM`) rounds to 3 bits (steps of up to 6.25 %). Both
+#: multiply-adds are the FMA pipe's, which the softmax leaves idle, where an exponential
+#: takes the special-function unit (16 a clock an SM), which bounded the fp8 blocks.
+_HALF_BITS_ASM: gl.constexpr = gl.constexpr(
+    "{\n.reg .f32 y;\n"
+    "fma.rn.sat.f32 y, $1, $2, $3;\n"
+    "fma.rn.f32 $0, y, 0f47000000, 0f4B400000;\n}"  # 2**15, 1.5 * 2**23
+)
+
+#: Four of :data:`_HALF_BITS_ASM`'s float32 values to four e4m3 bytes of one register, first
+#: value in the low byte: their low halves paired by byte permutes, each pair converted.
+_E4M3X4_FROM_HALF_BITS_ASM: gl.constexpr = gl.constexpr(
+    "{\n.reg .b32 h01, h23;\n.reg .b16 lo, hi;\n"
+    "prmt.b32 h01, $1, $2, 0x5410;\n"
+    "prmt.b32 h23, $3, $4, 0x5410;\n"
+    "cvt.rn.satfinite.e4m3x2.f16x2 lo, h01;\n"
+    "cvt.rn.satfinite.e4m3x2.f16x2 hi, h23;\n"
+    "mov.b32 $0, {lo, hi};\n}"
+)
+
 
 @gluon.jit
-def _exp2(x, EXP_EMU: gl.constexpr):
-    """2**x of finite ``x``; with ``EXP_EMU`` one value in four on the FMA pipe
+def _exp2(x, EXP_MODE: gl.constexpr):
+    """2**x of finite ``x``; with :data:`EXP_POLY4` one value in four on the FMA pipe
     (:func:`_exp2_one_in_four_asm`), else all on the special-function unit."""
-    if EXP_EMU:
+    if EXP_MODE == EXP_POLY4:
         return gl.inline_asm_elementwise(
             _EXP2_ONE_IN_4, _CONSTRAINTS_4, [x], dtype=gl.float32, is_pure=True, pack=4
         )
     else:
         return gl.exp2(x)
+
+
+@gluon.jit
+def _probabilities(x, scale, offset, EXP_MODE: gl.constexpr):
+    """P = 2**(x * scale - offset) (``offset`` broadcast to ``x``), or with
+    :data:`EXP_HALF_BITS` the float32 whose low half's bits are P (:data:`_HALF_BITS_ASM`),
+    which only :func:`_p_operand` reads."""
+    if EXP_MODE == EXP_HALF_BITS:
+        return gl.inline_asm_elementwise(
+            _HALF_BITS_ASM, "=f,f,f,f",
+            [x, gl.full(x.shape, scale / HALF_BITS_OCTAVES, gl.float32, x.type.layout),
+             (HALF_BITS_BIAS - offset) / HALF_BITS_OCTAVES],
+            dtype=gl.float32, is_pure=True, pack=1,
+        )  # fmt: skip
+    else:
+        return _exp2(x * scale - offset, EXP_MODE)
 
 
 @gluon.jit
@@ -254,30 +360,32 @@ def _per_element(v, x4):
 @gluon.jit
 def _softmax_by_lane(
     s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL: gl.constexpr, MASKED: gl.constexpr,
-    EXP_EMU: gl.constexpr, P_SHIFT: gl.constexpr, LAZY_T: gl.constexpr, ROW_SUM: gl.constexpr,
+    EXP_MODE: gl.constexpr, P_SHIFT: gl.constexpr, LAZY_T: gl.constexpr, ROW_SUM: gl.constexpr,
 ):  # fmt: skip
     """:func:`_softmax` with a lazy running max whose statistics stay per lane ([M, 4]:
     each lane of a row's quad holds the row's running max, the same in all four, and its
     own columns' share of the sum), so a block needs no shuffle unless a row's max moves
-    (:data:`_QUAD_MAX_IF_MOVED`); the sums meet once, at the tile's end. Returns P (float32,
-    [M, N]), the factor, the running max and the partial sums, all but P per lane."""
+    (:func:`_quad_max_if_moved_asm`); the sums meet once, at the tile's end. Returns P
+    (float32, [M, N]), the factor, the running max and the partial sums, all but P per
+    lane."""
+    NAN: gl.constexpr = _keeps_nan(EXP_MODE)
     if MASKED:
         qk = _by_lane(_visible_scores(s, rows, cols, seqlen_k, qk_scale, CAUSAL))
-        own = gl.max(gl.max(qk, 3), 1)
+        own = _max(_max(qk, 3, NAN), 1, NAN)
     else:
         x = _by_lane(s)
-        own = gl.max(gl.max(x, 3), 1) * qk_scale
+        own = _max(_max(x, 3, NAN), 1, NAN) * qk_scale
     m_i = gl.convert_layout(m_i, own.type.layout)
     m_ij = gl.inline_asm_elementwise(
-        _QUAD_MAX_IF_MOVED, "=f,=f,f,f,f,f,f,f",
-        [gl.maximum(m_i, own), m_i + LAZY_T, m_i], dtype=gl.float32, is_pure=True, pack=2,
+        _quad_max_if_moved_asm(NAN), "=f,=f,f,f,f,f,f,f",
+        [_maximum(m_i, own, NAN), m_i + LAZY_T, m_i], dtype=gl.float32, is_pure=True, pack=2,
     )  # fmt: skip
     if MASKED:
         # A row with no visible key so far keeps m = -inf; subtract 0 instead (no NaN).
         m_ij = gl.where(m_ij == float("-inf"), 0.0, m_ij)
-        p = gl.exp2(qk - _per_element(m_ij - P_SHIFT, qk))
+        p = _probabilities(qk, 1.0, _per_element(m_ij - P_SHIFT, qk), _masked_mode(EXP_MODE))
     else:
-        p = _exp2(x * qk_scale - _per_element(m_ij - P_SHIFT, x), EXP_EMU)
+        p = _probabilities(x, qk_scale, _per_element(m_ij - P_SHIFT, x), EXP_MODE)
     alpha = gl.exp2(m_i - m_ij)
     if ROW_SUM:
         l_i = gl.convert_layout(l_i, own.type.layout) * alpha + gl.sum(gl.sum(p, 3), 1)
@@ -287,19 +395,20 @@ def _softmax_by_lane(
 @gluon.jit
 def _softmax_by_row(
     s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL: gl.constexpr, MASKED: gl.constexpr,
-    EXP_EMU: gl.constexpr, P_SHIFT: gl.constexpr, ROW_SUM: gl.constexpr,
+    EXP_MODE: gl.constexpr, P_SHIFT: gl.constexpr, ROW_SUM: gl.constexpr,
 ):  # fmt: skip
     """:func:`_softmax` with its statistics per row (every block's max and sum meet across
     the row's quad)."""
+    NAN: gl.constexpr = _keeps_nan(EXP_MODE)
     if MASKED:
         qk = _visible_scores(s, rows, cols, seqlen_k, qk_scale, CAUSAL)
-        m_ij = gl.maximum(m_i, gl.max(qk, 1))
+        m_ij = _maximum(m_i, _max(qk, 1, NAN), NAN)
         # A row with no visible key so far keeps m = -inf; subtract 0 instead (no NaN).
         m_ij = gl.where(m_ij == float("-inf"), 0.0, m_ij)
-        p = gl.exp2(qk - gl.expand_dims(m_ij - P_SHIFT, 1))
+        p = _probabilities(qk, 1.0, gl.expand_dims(m_ij - P_SHIFT, 1), _masked_mode(EXP_MODE))
     else:
-        m_ij = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-        p = _exp2(s * qk_scale - gl.expand_dims(m_ij - P_SHIFT, 1), EXP_EMU)
+        m_ij = _maximum(m_i, _max(s, 1, NAN) * qk_scale, NAN)
+        p = _probabilities(s, qk_scale, gl.expand_dims(m_ij - P_SHIFT, 1), EXP_MODE)
     alpha = gl.exp2(m_i - m_ij)
     if ROW_SUM:
         l_i = l_i * alpha + gl.sum(p, 1)
@@ -309,12 +418,14 @@ def _softmax_by_row(
 @gluon.jit
 def _softmax(
     s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL: gl.constexpr, MASKED: gl.constexpr,
-    EXP_EMU: gl.constexpr, P_SHIFT: gl.constexpr = 0.0, LAZY_T: gl.constexpr = 0.0,
+    EXP_MODE: gl.constexpr, P_SHIFT: gl.constexpr = 0.0, LAZY_T: gl.constexpr = 0.0,
     ROW_SUM: gl.constexpr = True,
 ):  # fmt: skip
     """One online-softmax step on a score tile, as ``_kernels._fwd_blocks`` does it:
     returns P (float32, unnormalised), the rescale factor of the older blocks, and the new
-    running max and sum (base 2). ``EXP_EMU``: see :func:`_exp2` (unmasked blocks only).
+    running max and sum (base 2). ``EXP_MODE``: see :func:`_probabilities` (the polynomial
+    on unmasked blocks only; with :data:`EXP_HALF_BITS` P is its half bits' float32, which
+    only :func:`_p_operand` reads, so the sum is the caller's: ``ROW_SUM`` false).
     ``P_SHIFT``: P is ``2**P_SHIFT`` times the probability (the fp8 kernel's range), and so
     is the sum; the running max is not shifted. ``LAZY_T``: the running max moves only by
     more than ``LAZY_T`` (:data:`LAZY_T`), and the statistics are per lane
@@ -322,12 +433,12 @@ def _softmax(
     Without ``ROW_SUM`` the sum is left to the caller (``l_i`` comes back as given)."""
     if LAZY_T > 0:
         p, alpha, m_ij, l_i = _softmax_by_lane(
-            s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL, MASKED, EXP_EMU, P_SHIFT,
+            s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL, MASKED, EXP_MODE, P_SHIFT,
             LAZY_T, ROW_SUM,
         )  # fmt: skip
     else:
         p, alpha, m_ij, l_i = _softmax_by_row(
-            s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL, MASKED, EXP_EMU, P_SHIFT,
+            s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL, MASKED, EXP_MODE, P_SHIFT,
             ROW_SUM,
         )  # fmt: skip
     return p, alpha, m_ij, l_i
@@ -351,7 +462,7 @@ def _rescale(acc, alpha, LAZY: gl.constexpr):
 
 
 @gluon.jit
-def _p_operand(p, dtype: gl.constexpr, layout: gl.constexpr):
+def _p_operand(p, dtype: gl.constexpr, layout: gl.constexpr, EXP_MODE: gl.constexpr):
     """P (float32, the S accumulator's layout) as the register A operand of P·V in ``dtype``.
 
     16-bit: the accumulator's registers already hold what the operand needs (two values per
@@ -371,8 +482,12 @@ def _p_operand(p, dtype: gl.constexpr, layout: gl.constexpr):
         # per register, packed by the conversion itself (Triton's own cast would unpack the
         # bytes and insert them back one by one).
         x = gl.convert_layout(gl.reshape(x, [M, N]), layout)
+        if EXP_MODE == EXP_HALF_BITS:
+            asm: gl.constexpr = _E4M3X4_FROM_HALF_BITS_ASM
+        else:
+            asm: gl.constexpr = _E4M3X4_ASM
         return gl.inline_asm_elementwise(
-            _E4M3X4_ASM, "=r,r,r,r,r", [x], dtype=gl.float8e4nv, is_pure=True, pack=4
+            asm, "=r,r,r,r,r", [x], dtype=gl.float8e4nv, is_pure=True, pack=4
         )
     else:
         return gl.convert_layout(p.to(dtype), layout)
@@ -518,7 +633,7 @@ def _consumer_blocks(
     ks_row,
     WG: gl.constexpr, NUM_WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
     CAUSAL: gl.constexpr, MASKED: gl.constexpr, PINGPONG: gl.constexpr,
-    EXP_EMU: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_LAYOUT: gl.constexpr,
+    EXP_MODE: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_LAYOUT: gl.constexpr,
     P_F32: gl.constexpr, LAZY: gl.constexpr, ONE_GEMM: gl.constexpr, P_LAYOUT_L: gl.constexpr,
     SUM_MMA: gl.constexpr,
 ):  # fmt: skip
@@ -565,7 +680,7 @@ def _consumer_blocks(
             _release(v_empty.index((it - 2) % NUM_STAGES))
         if ONE_GEMM:
             acc = _rescale(acc, alpha, LAZY)
-            p_op = _p_operand(p, q.dtype, P_LAYOUT) if P_F32 else p
+            p_op = _p_operand(p, q.dtype, P_LAYOUT, EXP_MODE) if P_F32 else p
             mbarrier.wait(v_ready.index(prev), ((it - 1) // NUM_STAGES) & 1)
             _turn_wait(turn_bars, turn0 + j, WG, PINGPONG)
             v_op = _value_operand(v_smem.index(prev), FP8)
@@ -591,7 +706,7 @@ def _consumer_blocks(
             # Rescale the older blocks' sum while S_j runs, then queue P_{j-1} V_{j-1} behind
             # it.
             acc = _rescale(acc, alpha, LAZY)
-            p_op = _p_operand(p, q.dtype, P_LAYOUT) if P_F32 else p
+            p_op = _p_operand(p, q.dtype, P_LAYOUT, EXP_MODE) if P_F32 else p
             mbarrier.wait(v_ready.index(prev), ((it - 1) // NUM_STAGES) & 1)
             o_tok = warpgroup_mma(p_op, v_op, acc, is_async=True)
             if SUM_MMA:
@@ -603,7 +718,7 @@ def _consumer_blocks(
         _release(k_empty.index(slot))
         p_new, alpha, m_i, l_i = _softmax(
             s, m_i, l_i, rows, j * BLOCK_N + offs_n, seqlen_k, block_scale, CAUSAL, MASKED,
-            EXP_EMU, _p_shift(FP8, LAZY), _lazy_threshold(FP8, LAZY), not SUM_MMA,
+            EXP_MODE, _p_shift(FP8, LAZY), _lazy_threshold(FP8, LAZY), not SUM_MMA,
         )  # fmt: skip
         if SUM_MMA:
             acc, block_sum = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, l_tok))
@@ -612,7 +727,7 @@ def _consumer_blocks(
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
         if not ONE_GEMM and not LAZY:
             _release(v_empty.index(prev))
-        p = p_new if P_F32 else _p_operand(p_new, p.dtype, P_LAYOUT)
+        p = p_new if P_F32 else _p_operand(p_new, p.dtype, P_LAYOUT, EXP_MODE)
     if LAZY and hi > lo and not ONE_GEMM:
         _release(v_empty.index((ring0 + hi - 2) % NUM_STAGES))
     return acc, acc_l, p, alpha, m_i, l_i
@@ -647,7 +762,7 @@ def _consumer(
     HEAD_DIM: gl.constexpr, BLOCK_M_WG: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
     PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr, LPT: gl.constexpr, VARLEN: gl.constexpr,
-    EXP_EMU: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_F32: gl.constexpr,
+    EXP_MODE: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_F32: gl.constexpr,
     LAZY: gl.constexpr, ONE_GEMM: gl.constexpr, SUM_MMA: gl.constexpr,
 ):  # fmt: skip
     """Consumer warpgroup ``WG``: for each work item, its BLOCK_M_WG query rows against every
@@ -751,25 +866,25 @@ def _consumer(
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
             _release(k_empty.index(slot0))
             p32, alpha, m_i, l_i = _softmax(
-                s, m_i, l_i, rows, offs_n, len_k, scale0, CAUSAL, True, EXP_EMU,
+                s, m_i, l_i, rows, offs_n, len_k, scale0, CAUSAL, True, EXP_MODE,
                 _p_shift(FP8, LAZY), _lazy_threshold(FP8, LAZY), not SUM_MMA,
             )  # fmt: skip
             # P_F32: converted before its GEMM (see _consumer_blocks).
-            p = p32 if P_F32 else _p_operand(p32, dtype, p_layout)
+            p = p32 if P_F32 else _p_operand(p32, dtype, p_layout, EXP_MODE)
 
             # Blocks every row sees in full (no mask), then the causal diagonal and the end.
             acc, acc_l, p, alpha, m_i, l_i = _consumer_blocks(
                 1, n_full, ring0, turn0, q, k_smem, v_smem, ones_smem, k_ready, k_empty, v_ready,
                 v_empty, turn_bars, acc, acc_l, p, alpha, m_i, l_i, s_init, rows, offs_n,
                 len_k, qk_scale_wg, ks_row, WG, NUM_WG, BLOCK_N, NUM_STAGES, CAUSAL, False,
-                PINGPONG, EXP_EMU, K_SCALE_BLOCK, p_layout, P_F32, LAZY, ONE_GEMM, p_layout_l,
+                PINGPONG, EXP_MODE, K_SCALE_BLOCK, p_layout, P_F32, LAZY, ONE_GEMM, p_layout_l,
                 SUM_MMA,
             )  # fmt: skip
             acc, acc_l, p, alpha, m_i, l_i = _consumer_blocks(
                 gl.maximum(n_full, 1), n_mine, ring0, turn0, q, k_smem, v_smem, ones_smem,
                 k_ready, k_empty, v_ready, v_empty, turn_bars, acc, acc_l, p, alpha, m_i, l_i,
                 s_init, rows, offs_n, len_k, qk_scale_wg, ks_row, WG, NUM_WG, BLOCK_N,
-                NUM_STAGES, CAUSAL, True, PINGPONG, EXP_EMU, K_SCALE_BLOCK, p_layout, P_F32,
+                NUM_STAGES, CAUSAL, True, PINGPONG, EXP_MODE, K_SCALE_BLOCK, p_layout, P_F32,
                 LAZY, ONE_GEMM, p_layout_l, SUM_MMA,
             )  # fmt: skip
             if PERSISTENT:
@@ -783,7 +898,7 @@ def _consumer(
             mbarrier.wait(v_ready.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
             _turn_wait(turn_bars, turn0 + n_blocks, WG, PINGPONG)
             if P_F32:
-                p = _p_operand(p, dtype, p_layout)
+                p = _p_operand(p, dtype, p_layout, EXP_MODE)
             v_last = _value_operand(v_smem.index(last % NUM_STAGES), FP8)
             o_tok = warpgroup_mma(p, v_last, acc, is_async=True)
             if SUM_MMA:
@@ -954,7 +1069,7 @@ def _xrt_attn_fwd_hopper(
     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, NUM_WG: gl.constexpr,
     Q_BUFFERS: gl.constexpr, PERSISTENT: gl.constexpr, LPT: gl.constexpr, VARLEN: gl.constexpr,
-    EXP_EMU: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_F32: gl.constexpr,
+    EXP_MODE: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_F32: gl.constexpr,
     LAZY: gl.constexpr, ONE_GEMM: gl.constexpr, SUM_MMA: gl.constexpr,
     SUM_COLUMNS: gl.constexpr,
 ):  # fmt: skip
@@ -984,8 +1099,8 @@ def _xrt_attn_fwd_hopper(
     ``K_SCALE_BLOCK`` keys (a multiple of BLOCK_N); ``VS`` (batch x kv_heads, HEAD_DIM) the
     value's channel scales, all float32 and contiguous. Dense only. 16-bit calls leave them
     unused. ``Q_BUFFERS``: query tiles per consumer warpgroup (two: ``PERSISTENT`` only, the
-    next item's loads start before this item's last Q·Kᵀ). ``EXP_EMU``: one exponential in
-    four on the FMA pipe. ``P_F32``:
+    next item's loads start before this item's last Q·Kᵀ). ``EXP_MODE``: how the softmax's
+    exponentials are computed (:data:`EXP_POLY4`, :data:`EXP_HALF_BITS`). ``P_F32``:
     P carried between blocks in float32 (:func:`_consumer_blocks`; fp8 needs it). ``LAZY``:
     a row's running max moves only by more than :data:`LAZY_T` (fp8: :data:`LAZY_T_FP8`), and
     O's rescale is skipped where it stayed (:func:`_rescale`). ``ONE_GEMM``: a consumer
@@ -1002,6 +1117,10 @@ def _xrt_attn_fwd_hopper(
     gl.static_assert(P_F32 or not FP8, "fp8 carries P in float32")
     gl.static_assert(not FP8 or K_SCALE_BLOCK % BLOCK_N == 0, "key scales span whole blocks")
     gl.static_assert(not (SUM_MMA and ONE_GEMM), "the sums' GEMM runs beside an overlapped P·V")
+    gl.static_assert(
+        EXP_MODE != EXP_HALF_BITS or (FP8 and SUM_MMA),
+        "half bits make fp8 P, whose sums the sums' GEMM takes",
+    )
 
     # 2-D tiles with the descriptors' swizzle: TMA fills them through a 4-D view (``_box``).
     tile_q: gl.constexpr = gl.NVMMASharedLayout(q_desc.layout.swizzle_byte_width, bits)
@@ -1080,7 +1199,7 @@ def _xrt_attn_fwd_hopper(
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
+                    VARLEN, EXP_MODE, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, ones_smem, q_bars, q_empty, k_ready, k_empty,
@@ -1088,7 +1207,7 @@ def _xrt_attn_fwd_hopper(
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
+                    VARLEN, EXP_MODE, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
                 )),
                 (_producer, (
                     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,
@@ -1110,7 +1229,7 @@ def _xrt_attn_fwd_hopper(
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
+                    VARLEN, EXP_MODE, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, ones_smem, q_bars, q_empty, k_ready, k_empty,
@@ -1118,7 +1237,7 @@ def _xrt_attn_fwd_hopper(
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
+                    VARLEN, EXP_MODE, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, ones_smem, q_bars, q_empty, k_ready, k_empty,
@@ -1126,7 +1245,7 @@ def _xrt_attn_fwd_hopper(
                     stride_os, stride_oh, stride_lh, seqlen_q, seqlen_k, num_heads, group,
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 2, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
-                    VARLEN, EXP_EMU, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
+                    VARLEN, EXP_MODE, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
                 )),
                 (_producer, (
                     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,

@@ -51,7 +51,15 @@ GEMMs, ping-pong; ``np``: they issue freely). The optional flags, in this order:
   of the rounded P that P·V multiplies, so the log-sum-exp is the one O was normalised
   with (within log(1 / (1 - 2**-4)) of the exact one). With 16-bit P it measured slower
   (0.90-0.98x its twin on an H200: there the GEMMs bound a block), so 16-bit calls refuse
-  it; its rows of ones take key blocks of at least 128 (128-byte rows).
+  it; its rows of ones take key blocks of at least 128 (128-byte rows);
+- ``b`` (fp8, with ``u``): no exponential for P. The softmax's multiply-add leaves in a
+  float32's low 16 bits the half whose bits are 2**10 * (x + 15), which is 2**x
+  interpolated linearly within each octave, and the conversion to e4m3 reads those halves
+  (``_hopper_kernels._E4M3X4_FROM_HALF_BITS_ASM``): a max, half a byte permute and half a
+  conversion a value instead of the special-function unit's exponential, which bounded the
+  fp8 kernel's blocks as much as its GEMMs did. e4m3 keeps 3 bits of P, and the
+  interpolation's error (-3.9 % to +2.0 % after a fixed factor) is of the size of that
+  rounding's.
 
 E.g. ``m64n128s2pp_w3p``, ``m64n128s2pp_l``, ``m64n128s3pp_e4``. ``XPURUNTIME_HOPPER_ATTENTION_VARIANT``
 overrides the default per head size, so one GPU run can time them all (and
@@ -68,7 +76,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from xpuruntime.kernels.attention import gluon_launch
+from xpuruntime.kernels.attention import exp_modes, gluon_launch
 from xpuruntime.runtime.errors import (
     InvalidArgumentError,
     UnsupportedOperationError,
@@ -135,6 +143,8 @@ class Variant:
     one_gemm: bool = False
     #: The rows' sums of P by a GEMM against a tile of ones (``u``).
     sum_mma: bool = False
+    #: fp8 P from a half's bits instead of exponentials (``b``).
+    half_bits: bool = False
 
     def __post_init__(self) -> None:
         if self.q_buffers not in (1, 2) or (self.q_buffers == 2 and not self.persistent):
@@ -157,6 +167,12 @@ class Variant:
                 f"hopper attention variant {self.name!r}: the sums' GEMM (u) reads rows of "
                 "ones of 128 bytes, so it takes key blocks of 128 or more"
             )
+        if self.half_bits and (self.exp_emu or not self.sum_mma):
+            raise InvalidArgumentError(
+                f"hopper attention variant {self.name!r}: half bits (b) replace every "
+                "exponential of P, so not with e4, and their P is summed by the sums' GEMM: "
+                "take u with b"
+            )
         if self.sum_mma and self.one_gemm:
             raise InvalidArgumentError(
                 f"hopper attention variant {self.name!r}: the sums' GEMM (u) is issued beside "
@@ -168,6 +184,13 @@ class Variant:
         or with ``lpt`` on the 1-D grid in the persistent order (``_l``); one query buffer
         a warpgroup, as each CTA runs one item."""
         return replace(self, persistent=False, lpt=lpt, q_buffers=1)
+
+    @property
+    def exp_mode(self) -> int:
+        """The kernel's ``EXP_MODE`` (:mod:`.exp_modes`)."""
+        if self.exp_emu:
+            return exp_modes.POLY4
+        return exp_modes.HALF_BITS if self.half_bits else exp_modes.SFU
 
     @property
     def launch_regs(self) -> int:
@@ -206,6 +229,7 @@ class Variant:
             + ("g1" if self.one_gemm else "")
             + ("r" if self.lazy else "")
             + ("u" if self.sum_mma else "")
+            + ("b" if self.half_bits else "")
         )
         return f"m{self.block_m_wg}n{self.block_n}s{self.num_stages}{schedule}" + (
             f"_{flags}" if flags else ""
@@ -273,10 +297,17 @@ HEAD_DIMS = tuple(_VARIANTS)
 #: fp8 block), ``m64n128s3np_pru`` ran at 0.98-1.13x ``m64n128s3pp_pru`` (geometric mean
 #: 1.03x) in two runs of kernels alone on an H200 (hd128, 2048-16384 keys, full and causal;
 #: slower only at 2048 causal in one run), and through the product path at 1.00-1.04x: so it
-#: is the default (docs/attention.md, twenty-eighth stop).
+#: was the default (docs/attention.md, twenty-eighth stop). ``m64n128s3np_prub``, the same
+#: with P from a half's bits (``b``: no exponential, the special-function unit idle), is the
+#: default since the thirty-first stop: kernels alone on an H200 1.43 / 1.48 / 1.53x our bf16
+#: forward at 4096 / 8192 / 16384 keys full and 1.27 / 1.36 / 1.47x causal, against
+#: ``_pru``'s 1.29 / 1.35 / 1.39x and 1.15 / 1.21 / 1.33x in the same run; relative error
+#: against float32 5.6e-2 full and 5.0e-2 causal (``_pru`` 5.4e-2, 4.7e-2; cuDNN's fp8
+#: forward 6.1e-2, 5.5e-2). Its loop has no spills.
 _FP8_VARIANTS: dict[int, tuple[str, ...]] = {
     128: (
-        "m64n128s3np_pru", "m64n128s3pp_pru", "m64n128s3pp_pe4ru", "m64n128s3pp_pe4r",
+        "m64n128s3np_prub", "m64n128s3np_pru", "m64n128s3pp_prub", "m64n128s3pp_pru",
+        "m64n128s3pp_pe4ru", "m64n128s3pp_pe4r",
         "m64n128s3pp_pe4", "m64n128s3pp_le4", "m64n128s3pp_e4",
         "m64n128s2pp_e4",
         "m64n128s2np_e4", "m64n128s2pp", "m64n128s2np",
@@ -295,12 +326,13 @@ def variant_names(head_dim: int, *, fp8: bool = False) -> tuple[str, ...]:
 def parse_variant(name: str) -> Variant:
     """``m64n128s2pp_w3p`` -> Variant(64, 128, 2, pingpong=True, num_wg=3, persistent=True)."""
     match = re.fullmatch(
-        r"m(\d+)n(\d+)s(\d+)(pp|np)(?:_(?=.)(w3)?(p|l)?(q2)?(e4)?(o2)?(g1)?(r)?(u)?)?", name.strip()
+        r"m(\d+)n(\d+)s(\d+)(pp|np)(?:_(?=.)(w3)?(p|l)?(q2)?(e4)?(o2)?(g1)?(r)?(u)?(b)?)?",
+        name.strip(),
     )
     if match is None:
         raise InvalidArgumentError(
             f"hopper attention variant {name!r} is not of the form "
-            "m<rows>n<keys>s<stages>pp|np[_[w3][p|l][q2][e4][o2][g1][r][u]]"
+            "m<rows>n<keys>s<stages>pp|np[_[w3][p|l][q2][e4][o2][g1][r][u][b]]"
         )
     rows, keys, stages = (int(match.group(i)) for i in (1, 2, 3))
     if rows not in (64, 128) or keys not in (64, 128, 192, 256) or stages not in (2, 3, 4):
@@ -322,6 +354,7 @@ def parse_variant(name: str) -> Variant:
         one_gemm=bool(match.group(10)),
         lazy=bool(match.group(11)),
         sum_mma=bool(match.group(12)),
+        half_bits=bool(match.group(13)),
     )
 
 
@@ -775,7 +808,7 @@ def kernel_constants(
         "PERSISTENT": config.persistent,
         "LPT": config.lpt,
         "VARLEN": varlen,
-        "EXP_EMU": config.exp_emu,
+        "EXP_MODE": config.exp_mode,
         "P_F32": k_scale_block is not None,
         "LAZY": config.lazy,
         "ONE_GEMM": config.one_gemm,
