@@ -241,7 +241,9 @@ _E4M3X4_ASM: gl.constexpr = gl.constexpr(
 #: round(2**10 * (x + bias)) in [0, 2**15]: read as a half, 2**floor(x) * (1 + frac(x)) over
 #: the bias, 2**x interpolated linearly within each octave (Schraudolph's trick; -3.9 % to
 #: +2.0 % of it with the bias's correction), which the conversion to e4m3
-#: (:data:`_E4M3X4_FROM_HALF_BITS_ASM`) rounds to 3 bits (steps of up to 6.25 %). Both
+#: (:data:`_E4M3X4_FROM_HALF_BITS_ASM`) rounds to 3 bits (errors of up to 6.25 %). I stays a
+#: finite half, below 0x7C00, while x + bias < 31: x is at most the fp8 P's shift, 8
+#: (:func:`_softmax` asserts it), so P is at most about 2**8 (e4m3's largest is 448). Both
 #: multiply-adds are the FMA pipe's, which the softmax leaves idle, where an exponential
 #: takes the special-function unit (16 a clock an SM), which bounded the fp8 blocks.
 _HALF_BITS_ASM: gl.constexpr = gl.constexpr(
@@ -431,6 +433,10 @@ def _softmax(
     more than ``LAZY_T`` (:data:`LAZY_T`), and the statistics are per lane
     (:func:`_softmax_by_lane`; the factor is exactly 1 for a row whose max stayed).
     Without ``ROW_SUM`` the sum is left to the caller (``l_i`` comes back as given)."""
+    gl.static_assert(
+        EXP_MODE != EXP_HALF_BITS or P_SHIFT + LAZY_T + HALF_BITS_BIAS < 31,
+        "half bits: the largest P's half must stay finite (see _HALF_BITS_ASM)",
+    )
     if LAZY_T > 0:
         p, alpha, m_ij, l_i = _softmax_by_lane(
             s, m_i, l_i, rows, cols, seqlen_k, qk_scale, CAUSAL, MASKED, EXP_MODE, P_SHIFT,

@@ -52,14 +52,14 @@ GEMMs, ping-pong; ``np``: they issue freely). The optional flags, in this order:
   with (within log(1 / (1 - 2**-4)) of the exact one). With 16-bit P it measured slower
   (0.90-0.98x its twin on an H200: there the GEMMs bound a block), so 16-bit calls refuse
   it; its rows of ones take key blocks of at least 128 (128-byte rows);
-- ``b`` (fp8, with ``u``): no exponential for P. The softmax's multiply-add leaves in a
-  float32's low 16 bits the half whose bits are 2**10 * (x + 15), which is 2**x
-  interpolated linearly within each octave, and the conversion to e4m3 reads those halves
-  (``_hopper_kernels._E4M3X4_FROM_HALF_BITS_ASM``): a max, half a byte permute and half a
-  conversion a value instead of the special-function unit's exponential, which bounded the
-  fp8 kernel's blocks as much as its GEMMs did. e4m3 keeps 3 bits of P, and the
-  interpolation's error (-3.9 % to +2.0 % after a fixed factor) is of the size of that
-  rounding's.
+- ``b`` (fp8, with ``u``): no exponential for P. Two multiply-adds (the first saturating)
+  leave in a float32's low 16 bits the half whose bits are about 2**10 * (x + 15), which is
+  2**x interpolated linearly within each octave, and the conversion to e4m3 reads those
+  halves, paired by a byte permute (``_hopper_kernels._HALF_BITS_ASM``): a second
+  multiply-add and half a permute a value instead of the special-function unit's
+  exponential, which bounded the fp8 kernel's blocks as much as its GEMMs did. e4m3 keeps
+  3 bits of P (rounding errors up to 6.25 %), and the interpolation's (-3.9 % to +2.0 %
+  after a fixed factor) is of that size.
 
 E.g. ``m64n128s2pp_w3p``, ``m64n128s2pp_l``, ``m64n128s3pp_e4``. ``XPURUNTIME_HOPPER_ATTENTION_VARIANT``
 overrides the default per head size, so one GPU run can time them all (and
@@ -167,11 +167,15 @@ class Variant:
                 f"hopper attention variant {self.name!r}: the sums' GEMM (u) reads rows of "
                 "ones of 128 bytes, so it takes key blocks of 128 or more"
             )
-        if self.half_bits and (self.exp_emu or not self.sum_mma):
+        if self.half_bits and self.exp_emu:
             raise InvalidArgumentError(
                 f"hopper attention variant {self.name!r}: half bits (b) replace every "
-                "exponential of P, so not with e4, and their P is summed by the sums' GEMM: "
-                "take u with b"
+                "exponential of P, so e4 has none left to move: take b or e4"
+            )
+        if self.half_bits and not self.sum_mma:
+            raise InvalidArgumentError(
+                f"hopper attention variant {self.name!r}: half bits (b) leave no float32 P "
+                "for the softmax to sum; the sums' GEMM sums the e4m3 P: take u with b"
             )
         if self.sum_mma and self.one_gemm:
             raise InvalidArgumentError(
