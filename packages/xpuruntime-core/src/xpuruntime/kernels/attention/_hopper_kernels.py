@@ -330,11 +330,9 @@ def _turn_pass(turn_bars, WG: gl.constexpr, NUM_WG: gl.constexpr, PINGPONG: gl.c
 @gluon.jit
 def _visible_scores(s, rows, cols, seqlen_k, qk_scale, CAUSAL: gl.constexpr):
     """Scaled scores of a masked block: -inf for keys past ``seqlen_k`` and, causal, for
-    keys after the row (top-left aligned)."""
-    keep = gl.expand_dims(cols, 0) < seqlen_k
-    if CAUSAL:
-        keep = keep & (gl.expand_dims(rows, 1) >= gl.expand_dims(cols, 0))
-    return gl.where(keep, s * qk_scale, float("-inf"))
+    keys after the row (top-left aligned): one compare a score, against the row's end."""
+    end = gl.expand_dims(gl.minimum(rows + 1, seqlen_k), 1) if CAUSAL else seqlen_k
+    return gl.where(gl.expand_dims(cols, 0) < end, s * qk_scale, float("-inf"))
 
 
 @gluon.jit
@@ -514,26 +512,35 @@ def _section_order(item, num_blocks, batch_heads, section):
 
 
 @gluon.jit
+def _entry(SCHED, tile, PERSISTENT: gl.constexpr):
+    """The work item at position ``tile`` of this CTA's range (:func:`_tiles`), as
+    :func:`_work` takes it: ``PERSISTENT``, the schedule's entry (a load from ``SCHED``);
+    else ``tile`` itself."""
+    if PERSISTENT:
+        return gl.load(SCHED + tile)
+    else:
+        return tile
+
+
+@gluon.jit
 def _work(
-    SCHED, tile, seqlen_q, num_heads, batch_heads, section,
+    item, seqlen_q, num_heads, batch_heads, section,
     BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr, LPT: gl.constexpr,
 ):  # fmt: skip
-    """The work item ``tile``: (batch, head, batch x head, first query row). Without
-    ``PERSISTENT`` or ``LPT`` the program ids name it (a 2-D grid). ``seqlen_q`` is the
-    grid's (the longest) query length.
+    """The work item ``item`` (:func:`_entry`): (batch, head, batch x head, first query
+    row). Without ``PERSISTENT`` or ``LPT`` the program ids name it (a 2-D grid).
+    ``seqlen_q`` is the grid's (the longest) query length.
 
     The 1-D order (``LPT``: one CTA per item, which the hardware dispatches in this order as
-    earlier CTAs finish; ``PERSISTENT``: ``tile`` is a position in the CTA's schedule,
-    ``SCHED``, whose entry is the item): (batch x head) runs in sections of ``section``
+    earlier CTAs finish; ``PERSISTENT``: the items of the CTA's part of the schedule,
+    ``SCHED``): (batch x head) runs in sections of ``section``
     (their keys and values fit in L2 together); within a section the query tiles go
     row-block-major, heads minor, so the CTAs running at once share a few heads' keys.
     Causal: within a section the last query tiles (the most key blocks) come first, so the
     short tiles fill its end."""
     num_m = gl.cdiv(seqlen_q, BLOCK_M)
     if PERSISTENT or LPT:
-        if PERSISTENT:
-            tile = gl.load(SCHED + tile)
-        m_idx, bh = _section_order(tile, num_m, batch_heads, section)
+        m_idx, bh = _section_order(item, num_m, batch_heads, section)
     else:
         m_idx = gl.program_id(0)
         bh = gl.program_id(1)
@@ -816,11 +823,16 @@ def _consumer(
     ring0 = 0
     count = 0
     first, end = _tiles(PERSISTENT, LPT, SCHED)
+    # (The min keeps the read in bounds whatever the range; the launcher gives every CTA an
+    # item.)
+    entry = _entry(SCHED, gl.minimum(first, end - 1), PERSISTENT)
     for tile in range(first, end):
         b, h, bh, start_m = _work(
-            SCHED, tile, seqlen_q, num_heads, batch_heads, section, BLOCK_M, CAUSAL, PERSISTENT,
-            LPT,
-        )  # fmt: skip
+            entry, seqlen_q, num_heads, batch_heads, section, BLOCK_M, CAUSAL, PERSISTENT, LPT
+        )
+        # The next item's entry, loaded now: its latency hides behind this item instead of
+        # stalling the next one's start (the last item loads its own again).
+        entry = _entry(SCHED, gl.minimum(tile + 1, end - 1), PERSISTENT)
         q_start, _k_start, len_q, len_k = _sequence(CU_Q, CU_K, b, seqlen_q, seqlen_k, VARLEN)
         if VARLEN:
             live = start_m < len_q  # as the producer: tiles past the sequence are skipped
@@ -845,22 +857,23 @@ def _consumer(
             acc = gl.zeros([BLOCK_M_WG, HEAD_DIM], gl.float32, layout=mma_o)
             acc_l = gl.zeros([BLOCK_M_WG, SUM_COLUMNS], gl.float32, layout=mma_l)
             if FP8:
-                # This head's key scales, and the query block's scale folded into the scores'.
+                # This head's key scales, and the query block's scale (folded into the
+                # scores' once S_0 is issued: the loads' latency hides behind the waits).
                 ks_row = KS + (bh // group).to(gl.int64) * k_blocks
                 # (A warpgroup whose rows all lie past the end reads the last block's scale;
                 # its rows are never stored.)
                 q_block = gl.minimum(row0 // BLOCK_M_WG, q_blocks - 1)
-                qk_scale_wg = qk_scale * gl.load(QS + bh.to(gl.int64) * q_blocks + q_block)
-                scale0 = qk_scale_wg * gl.load(ks_row)
+                q_scale = gl.load(QS + bh.to(gl.int64) * q_blocks + q_block)
+                k_scale0 = gl.load(ks_row)
             else:
                 ks_row = KS  # unused
-                qk_scale_wg = qk_scale
-                scale0 = qk_scale
+                q_scale = 1.0
+                k_scale0 = 1.0
             q_at = (count % Q_BUFFERS) * NUM_WG + WG
             q = q_smem.index(q_at)
             mbarrier.wait(q_bars.index(q_at), (count // Q_BUFFERS) & 1)
 
-            # Key block 0: S_0 and its softmax (masked: it may hold the causal diagonal or
+            # Key block 0: S_0 and its softmax (masked where it holds the causal diagonal or
             # the end).
             slot0 = ring0 % NUM_STAGES
             mbarrier.wait(k_ready.index(slot0), (ring0 // NUM_STAGES) & 1)
@@ -869,12 +882,26 @@ def _consumer(
                 q, k_smem.index(slot0).permute((1, 0)), s_init, use_acc=False, is_async=True
             )
             _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
+            if FP8:
+                qk_scale_wg = qk_scale * q_scale
+                scale0 = qk_scale_wg * k_scale0
+            else:
+                qk_scale_wg = qk_scale
+                scale0 = qk_scale
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
             _release(k_empty.index(slot0))
-            p32, alpha, m_i, l_i = _softmax(
-                s, m_i, l_i, rows, offs_n, len_k, scale0, CAUSAL, True, EXP_MODE,
-                _p_shift(FP8, LAZY), _lazy_threshold(FP8, LAZY), not SUM_MMA,
-            )  # fmt: skip
+            if n_full > 0:
+                # Every row sees block 0 in full: the unmasked softmax (the masked one takes
+                # 1.4-1.5x its instructions, with no GEMM of this warpgroup to hide behind).
+                p32, alpha, m_i, l_i = _softmax(
+                    s, m_i, l_i, rows, offs_n, len_k, scale0, CAUSAL, False, EXP_MODE,
+                    _p_shift(FP8, LAZY), _lazy_threshold(FP8, LAZY), not SUM_MMA,
+                )  # fmt: skip
+            else:
+                p32, alpha, m_i, l_i = _softmax(
+                    s, m_i, l_i, rows, offs_n, len_k, scale0, CAUSAL, True, EXP_MODE,
+                    _p_shift(FP8, LAZY), _lazy_threshold(FP8, LAZY), not SUM_MMA,
+                )  # fmt: skip
             # P_F32: converted before its GEMM (see _consumer_blocks).
             p = p32 if P_F32 else _p_operand(p32, dtype, p_layout, EXP_MODE)
 
@@ -912,6 +939,10 @@ def _consumer(
                     p, ones_smem.index(last % NUM_STAGES), acc_l, alpha, LAZY, p_layout_l
                 )
             _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
+            if FP8:
+                # The value's channel scales, loaded while the last P·V runs.
+                channels = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, mma_o))
+                v_scale = gl.load(VS + (bh // group).to(gl.int64) * HEAD_DIM + channels)
             if SUM_MMA:
                 acc, block_sum = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, l_tok))
                 # Its columns are equal.
@@ -940,8 +971,6 @@ def _consumer(
             gl.store(lse_ptrs, lse, mask=rows < len_q)
             out = acc * gl.expand_dims(gl.convert_layout(1.0 / l_safe, row_o), 1)
             if FP8:  # the value's channel scales
-                channels = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, mma_o))
-                v_scale = gl.load(VS + (bh // group).to(gl.int64) * HEAD_DIM + channels)
                 out = out * gl.expand_dims(v_scale, 0)
             if PERSISTENT:
                 # The previous item's output store must have left the staging tile (its
@@ -1007,8 +1036,8 @@ def _producer(
     first, end = _tiles(PERSISTENT, LPT, SCHED)
     for tile in range(first, end):
         b, h, _bh, start_m = _work(
-            SCHED, tile, seqlen_q, num_heads, batch_heads, section, BLOCK_M, CAUSAL, PERSISTENT,
-            LPT,
+            _entry(SCHED, tile, PERSISTENT), seqlen_q, num_heads, batch_heads, section, BLOCK_M,
+            CAUSAL, PERSISTENT, LPT,
         )  # fmt: skip
         q_start, k_start, len_q, len_k = _sequence(CU_Q, CU_K, b, seqlen_q, seqlen_k, VARLEN)
         if VARLEN:

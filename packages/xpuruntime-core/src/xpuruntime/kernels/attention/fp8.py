@@ -626,6 +626,13 @@ def forward(
     q, k, vt = qz.q, qz.k, qz.vt
     g: _Geometry = _geometry(q, k, layout, varlen)
     scale = 1.0 / math.sqrt(g.head_dim) if scale is None else float(scale)
+    if not scale >= 0.0:  # NaN too
+        # The kernels take a block's max score before scaling it (one multiply a row instead
+        # of one a score), which a negative scale turns into the min: e4m3 P would saturate.
+        raise InvalidArgumentError(
+            f"xrt_flash_fp8: the softmax scale must be zero or positive, not {scale}; for "
+            "scores of the opposite sign, negate the query and pass the scale's magnitude"
+        )
     out = torch.empty(q.shape, dtype=qz.out_dtype, device=q.device)
     if layout == "thd":
         lse = torch.empty((g.heads, q.shape[0]), dtype=torch.float32, device=q.device)

@@ -1,0 +1,41 @@
+"""scripts/attention_item_phases.py: its in-memory patch of the Gluon Hopper forward still
+finds every place it reads the clock at (the GPU run itself needs an H100/H200)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+CORE = Path(__file__).resolve().parents[1]
+KERNELS = CORE / "src" / "xpuruntime" / "kernels" / "attention" / "_hopper_kernels.py"
+
+
+def _script():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location(
+        "attention_item_phases", CORE / "scripts" / "attention_item_phases.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_patch_reads_the_clock_at_every_phase_edge_and_stores_the_phases() -> None:
+    script = _script()
+    patched = script.patch(KERNELS.read_text())
+    reads = re.findall(r"\b(c\d) = _clock\(", patched)
+    assert reads == ["c0", "c1", "c2", "c3", "c4", "c5"]  # in the consumer's order
+    assert patched.count("gl.store(lse_ptrs, d.to(gl.float32), mask=i < 8)") == 1
+    assert len(script.PHASES) == 6
+    compile(patched, str(KERNELS), "exec")  # still Python
+
+
+def test_patch_names_an_anchor_the_kernel_lost() -> None:
+    script = _script()
+    source = KERNELS.read_text().replace("def _box(", "def _boxed(")
+    with pytest.raises(ValueError, match="0 copies of this anchor"):
+        script.patch(source)
