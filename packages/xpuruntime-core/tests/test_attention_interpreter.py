@@ -114,15 +114,20 @@ def test_forward_and_backward_match_float32(
         assert_close(got, want, dtype, name, factor=2.0)
 
 
-def test_explicit_scale() -> None:
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("scale", [0.3, -1.0, 0.0])
+def test_explicit_scale(scale: float, causal: bool) -> None:
+    """Any sign: a negative scale runs on the negated query (launch.query_for_scale); before,
+    float16 P overflowed against the block's min score (max score x -1) and the output was
+    NaN."""
     q, k, v = inputs(1, 2, 2, 40, 40, 64, torch.float16)
-    out, lse = ops.attention(q, k, v, scale=0.3, layout="bhsd", return_lse=True)
-    ref_out, ref_lse = reference(q, k, v, False, 0.3)
+    out, lse = ops.attention(q, k, v, scale=scale, causal=causal, layout="bhsd", return_lse=True)
+    ref_out, ref_lse = reference(q, k, v, causal, scale)
     assert_close(out, ref_out, torch.float16, "output")
     torch.testing.assert_close(lse, ref_lse, atol=1e-3, rtol=1e-4)
     do = torch.randn_like(out)
-    grads = ops.attention_backward(do, q, k, v, out, lse, scale=0.3, layout="bhsd")
-    for got, want in zip(grads, grads_reference(q, k, v, do, False, 0.3), strict=True):
+    grads = ops.attention_backward(do, q, k, v, out, lse, scale=scale, causal=causal, layout="bhsd")
+    for got, want in zip(grads, grads_reference(q, k, v, do, causal, scale), strict=True):
         assert_close(got, want, torch.float16, "grad", factor=2.0)
 
 

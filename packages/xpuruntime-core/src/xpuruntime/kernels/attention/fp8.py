@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -50,6 +50,7 @@ from xpuruntime.kernels.attention.launch import (
     _length_bucket,
     _run_tiled,
     _strides,
+    query_for_scale,
 )
 from xpuruntime.kernels.attention.streams import on_device
 from xpuruntime.kernels.attention.tiles import (
@@ -615,6 +616,9 @@ def forward(
     """(output, log-sum-exp, detail) of attention on quantized inputs; as
     :func:`launch.forward`, the output in ``qz.out_dtype``."""
     interpreted = _interpreted()  # applies the interpreter's float8 fix before a CPU run
+    q, scale = query_for_scale(qz.q, scale, stream)
+    if q is not qz.q:  # a negative scale: its magnitude on the negated query
+        qz = replace(qz, q=q)
     repeat_key = (
         None if interpreted else _repeat_key(qz, causal, scale, layout, varlen, stream, tiles)
     )
@@ -626,13 +630,6 @@ def forward(
     q, k, vt = qz.q, qz.k, qz.vt
     g: _Geometry = _geometry(q, k, layout, varlen)
     scale = 1.0 / math.sqrt(g.head_dim) if scale is None else float(scale)
-    if not scale >= 0.0:  # NaN too
-        # The kernels take a block's max score before scaling it (one multiply a row instead
-        # of one a score), which a negative scale turns into the min: e4m3 P would saturate.
-        raise InvalidArgumentError(
-            f"xrt_flash_fp8: the softmax scale must be zero or positive, not {scale}; for "
-            "scores of the opposite sign, negate the query and pass the scale's magnitude"
-        )
     out = torch.empty(q.shape, dtype=qz.out_dtype, device=q.device)
     if layout == "thd":
         lse = torch.empty((g.heads, q.shape[0]), dtype=torch.float32, device=q.device)
