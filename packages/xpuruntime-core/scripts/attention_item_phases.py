@@ -54,7 +54,7 @@ _WRITE = """            c5 = _clock(rows)
                 gl.where(i == 3, c4 - c3, gl.where(i == 4, c5 - c4, gl.where(i == 5, c0 - c_end,
                 gl.where(i == 6, n_full, n_mine)))))))
             d = gl.where(count == 0, gl.where(i == 5, -1, d), d)
-            gl.store(lse_ptrs, d.to(gl.float32), mask=i < 8)
+            gl.store(lse_ptrs, d.to(gl.float32), mask=(i < 8) & (rows < len_q))
             c_end = c5
             if OWN_BLOCKS:
                 # Release the tile's blocks this warpgroup skipped"""
@@ -159,6 +159,10 @@ def main() -> int:
     parser.add_argument("--seqlens", default="4096", help="comma-separated key lengths")
     parser.add_argument("--kinds", default="fp8,bf16", help="fp8 and/or bf16")
     args = parser.parse_args()
+    seqlens = [int(x) for x in args.seqlens.split(",")]
+    if any(n % 128 or not 128 <= n <= 16384 for n in seqlens):
+        # Whole tiles: each warpgroup's first 8 rows are its own (16k tokens a batch).
+        parser.error(f"--seqlens takes multiples of 128 from 128 to 16384, got {seqlens}")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     import torch
 
@@ -167,7 +171,7 @@ def main() -> int:
         return 1
     _install_patched()
     print(f"{torch.cuda.get_device_name()}: cycles a work item and warpgroup, median / mean")
-    for seqlen in (int(x) for x in args.seqlens.split(",")):
+    for seqlen in seqlens:
         for causal in (False, True):
             for kind in args.kinds.split(","):
                 rows, detail = _phases(kind, seqlen, causal)

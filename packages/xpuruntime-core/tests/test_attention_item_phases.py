@@ -29,7 +29,7 @@ def test_patch_reads_the_clock_at_every_phase_edge_and_stores_the_phases() -> No
     patched = script.patch(KERNELS.read_text())
     reads = re.findall(r"\b(c\d) = _clock\(", patched)
     assert reads == ["c0", "c1", "c2", "c3", "c4", "c5"]  # in the consumer's order
-    assert patched.count("gl.store(lse_ptrs, d.to(gl.float32), mask=i < 8)") == 1
+    assert patched.count("gl.store(lse_ptrs, d.to(gl.float32), mask=(i < 8) & (rows < len_q))") == 1
     assert len(script.PHASES) == 6
     compile(patched, str(KERNELS), "exec")  # still Python
 

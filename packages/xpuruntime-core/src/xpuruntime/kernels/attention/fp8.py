@@ -50,8 +50,8 @@ from xpuruntime.kernels.attention.launch import (
     _length_bucket,
     _run_tiled,
     _strides,
-    query_for_scale,
 )
+from xpuruntime.kernels.attention.scale_sign import query_for_scale
 from xpuruntime.kernels.attention.streams import on_device
 from xpuruntime.kernels.attention.tiles import (
     FP8_SCALE_BLOCK,
@@ -341,7 +341,9 @@ def from_fp8(
     varlen: Varlen | None = None,
 ) -> Quantized:
     """e4m3 inputs with FlashAttention-3-style descale factors, as :class:`Quantized` (the
-    value transposed; the scales as broadcast views, no copies)."""
+    value transposed; the scales as broadcast views, no copies). The factors are taken as
+    non-negative (amax / 448, as FlashAttention-3's are; they are not read back to check):
+    a sign for the scores goes in :func:`forward`'s ``scale``."""
     if not (q.dtype == k.dtype == v.dtype == FP8):
         raise InvalidArgumentError(
             f"attention: descale factors go with float8_e4m3fn inputs, got {q.dtype}"

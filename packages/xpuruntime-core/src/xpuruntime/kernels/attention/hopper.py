@@ -77,6 +77,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from xpuruntime.kernels.attention import exp_modes, gluon_launch
+from xpuruntime.kernels.attention.scale_sign import query_for_scale
 from xpuruntime.runtime.errors import (
     InvalidArgumentError,
     UnsupportedOperationError,
@@ -1085,6 +1086,7 @@ def hopper_attention_forward_run(
     """
     import torch
 
+    q, scale = query_for_scale(q, scale, stream)
     packed = cu_seqlens_q is not None or cu_seqlens_k is not None
     repeat_key = None if packed else _repeat_key(q, k, v, out, causal, scale, variant, stream)
     if repeat_key is not None:
@@ -1247,6 +1249,7 @@ def hopper_fp8_forward(
             f"hopper fp8 attention: key scales per {scales.k_block} rows do not cover whole "
             f"key blocks of {config.block_n} (variant {config.name})"
         )
+    q8, scale = query_for_scale(q8, scale, None)  # (fp8.forward has done it: scale >= 0)
     config, sched, twin = _scheduled(config, d, causal, q8)
     launched = _launch(config, d, q8, k8, vt8, out, lse, causal, scale, None, scales, sched)
     if twin:

@@ -30,6 +30,7 @@ import triton
 
 from xpuruntime.kernels.attention import _kernels, hopper, hopper_bwd
 from xpuruntime.kernels.attention.hopper import _capability
+from xpuruntime.kernels.attention.scale_sign import query_for_scale
 from xpuruntime.kernels.attention.streams import on_device
 from xpuruntime.kernels.attention.tiles import Pass, TileConfig, candidates, interpreter_tiles
 from xpuruntime.runtime.errors import UnsupportedOperationError, XpuRuntimeError
@@ -287,26 +288,6 @@ def _cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
-def query_for_scale(
-    q: torch.Tensor, scale: float | None, stream: int | None
-) -> tuple[torch.Tensor, float | None]:
-    """(query, scale) as the forward kernels take them: a negative ``scale`` as its magnitude
-    on the negated query. Every forward takes a block's max score before scaling it (one
-    multiply a row instead of one a score), which a negative scale turns into the min, so P
-    overflows: float16 and e4m3 at once. softmax(s q kᵀ) = softmax(|s| (-q) kᵀ), so the output
-    and log-sum-exp are the call's; the backwards recompute P from the log-sum-exp, right
-    for either sign, and take the query and scale as given. The negation is exact (an e4m3
-    query's sign bit flips) and runs on ``stream``, as the kernel does."""
-    if scale is None or not scale < 0.0:
-        return q, scale
-    with on_device(q.device, stream):
-        if q.element_size() == 1:  # e4m3 has no negation kernel: flip the sign bits
-            negated = torch.bitwise_xor(q.view(torch.uint8), 0x80).view(q.dtype)
-        else:
-            negated = torch.neg(q)
-    return negated, -float(scale)
-
-
 # ---------------------------------------------------------------------------------------
 
 
@@ -409,7 +390,7 @@ def hopper_forward(
 
     if out is None:  # empty_like's keywords: the cheapest to parse of torch's allocations
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    q, scale = query_for_scale(q, scale, stream)
+
     run = hopper.hopper_attention_forward_run(  # packed (total, heads, dim) rows as they are
         _bhsd(layout, q), _bhsd(layout, k), _bhsd(layout, v), causal=causal, scale=scale,
         stream=stream, out=_bhsd(layout, out),
