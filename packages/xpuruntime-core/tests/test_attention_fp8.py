@@ -381,7 +381,7 @@ def test_scale_blocks_no_tile_divides_are_refused() -> None:
 @pytest.mark.parametrize("scale", [-0.5, 0.0])
 def test_negative_and_zero_scales_match_the_reference(scale: float) -> None:
     """The kernels take a block's max score before scaling it: a negative scale runs on the
-    negated query (launch.query_for_scale; before, e4m3 P saturated against the block's min
+    negated query (scale_sign.query_for_scale; before, e4m3 P saturated against the block's min
     score), a zero one weighs every key alike."""
     import torch
 

@@ -117,7 +117,7 @@ def test_forward_and_backward_match_float32(
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("scale", [0.3, -1.0, 0.0])
 def test_explicit_scale(scale: float, causal: bool) -> None:
-    """Any sign: a negative scale runs on the negated query (launch.query_for_scale); before,
+    """Any sign: a negative scale runs on the negated query (scale_sign.query_for_scale); before,
     float16 P overflowed against the block's min score (max score x -1) and the output was
     NaN."""
     q, k, v = inputs(1, 2, 2, 40, 40, 64, torch.float16)

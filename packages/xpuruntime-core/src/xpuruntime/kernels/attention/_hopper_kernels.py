@@ -867,7 +867,7 @@ def _consumer(
                 k_scale0 = gl.load(ks_row)
             else:
                 ks_row = KS  # unused
-                q_scale = 1.0
+                q_scale = 1.0  # (16-bit scores take the softmax scale alone)
                 k_scale0 = 1.0
             q_at = (count % Q_BUFFERS) * NUM_WG + WG
             q = q_smem.index(q_at)
@@ -882,12 +882,8 @@ def _consumer(
                 q, k_smem.index(slot0).permute((1, 0)), s_init, use_acc=False, is_async=True
             )
             _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
-            if FP8:
-                qk_scale_wg = qk_scale * q_scale
-                scale0 = qk_scale_wg * k_scale0
-            else:
-                qk_scale_wg = qk_scale
-                scale0 = qk_scale
+            qk_scale_wg = qk_scale * q_scale
+            scale0 = qk_scale_wg * k_scale0
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
             _release(k_empty.index(slot0))
             if n_full > 0:
