@@ -581,26 +581,28 @@ def test_hopper_fp8_half_bits_take_keys_far_below_the_max_as_zero(
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon fp8 kernel runs on sm_90 (H100, H200)")
 @pytest.mark.parametrize("variant", ["m64n128s3np_prub", "m64n128s3np_pub", "m64n128s3np_pru"])
+@pytest.mark.parametrize("nan_key", [200, 50], ids=["key-block-1", "key-block-0"])
 def test_hopper_fp8_nan_scores_make_their_rows_nan(
-    variant: str, monkeypatch: pytest.MonkeyPatch
+    variant: str, nan_key: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A NaN key makes the output and log-sum-exp of every row that sees it NaN, as the
     reference's softmax does, with half bits (``b``, which read a NaN score as P = 0 and
     carry the NaN in the running max instead, lazy or not) as with exponentials; causal rows
-    before it stay finite, those of its own key block (masked there) included. (The key's
-    scale stays finite: the quantizer's max passes NaN over.)"""
+    before it stay finite, those of its own key block (masked there) included. In key block
+    0, full attention takes its unmasked softmax (every row sees the whole block), causal the
+    masked one. (The key's scale stays finite: the quantizer's max passes NaN over.)"""
     import torch
 
     from xpuruntime.kernels.attention import fp8, hopper
 
     monkeypatch.setenv(hopper.FP8_VARIANT_ENV, variant)
     q, k, v = _inputs(1, 4, 4, 384, 128, torch.bfloat16, seed=5)
-    k[:, :, 200] = float("nan")
+    k[:, :, nan_key] = float("nan")
     qz = fp8.quantize(q, k, v, layout="bhsd")
     for causal in (False, True):
         out, lse, detail = fp8.forward(qz, causal=causal, scale=None, layout="bhsd")
         assert f"{variant})" in detail, detail
-        sees = torch.arange(384, device=out.device) >= (200 if causal else 0)
+        sees = torch.arange(384, device=out.device) >= (nan_key if causal else 0)
         assert torch.isnan(out[:, :, sees]).all()
         assert torch.isnan(lse[:, :, sees]).all()
         assert torch.isfinite(out[:, :, ~sees]).all()

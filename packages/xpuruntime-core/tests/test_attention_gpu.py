@@ -494,6 +494,41 @@ def test_hopper_forward_one_gemm_in_flight_gives_its_twins_output_bit_for_bit(
 
 
 @needs_sm90
+@pytest.mark.parametrize(
+    ("dtype", "scale"), [(torch.float16, -1.0), (torch.bfloat16, -0.3), (torch.float16, 0.0)]
+)
+def test_hopper_forward_negative_and_zero_scales_match_the_reference(
+    dtype: Any, scale: float
+) -> None:
+    """The Gluon kernel takes a block's max score before scaling it; a negative scale runs as
+    its magnitude on the negated query (``scale_sign.query_for_scale``: before it, float16 P
+    overflowed against the block's min score, NaN rows at scale -1), dense and packed, and a
+    zero scale weighs every key alike."""
+    from xpuruntime.kernels.attention import hopper
+
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    q, k, v = (torch.randn(2, 4, 300, 128, device="cuda", generator=gen).to(dtype) for _ in "qkv")
+    for causal in (False, True):
+        scores = (q.float() @ k.float().transpose(-1, -2)) * scale
+        if causal:
+            scores = scores.masked_fill(torch.ones(300, 300, device="cuda").triu(1).bool(), -1e30)
+        want, want_lse = torch.softmax(scores, -1) @ v.float(), torch.logsumexp(scores, -1)
+        run = hopper.hopper_attention_forward_run(q, k, v, causal=causal, scale=scale)
+        what = f"{dtype} scale {scale} {'causal' if causal else 'full'} ({run.why})"
+        assert float((run.out.float() - want).abs().max()) < 2e-2, what
+        assert float((run.lse - want_lse).abs().max()) < 1e-2, what
+        # Packed: the two batch elements as sequences of one (total, heads, dim) batch.
+        rows = [x.transpose(1, 2).reshape(600, 4, 128) for x in (q, k, v)]
+        cu = torch.tensor([0, 300, 600], dtype=torch.int32, device="cuda")
+        packed = hopper.hopper_attention_forward_run(
+            *rows, causal=causal, scale=scale, cu_seqlens_q=cu, cu_seqlens_k=cu,
+            max_seqlen_q=300, max_seqlen_k=300,
+        )  # fmt: skip
+        got = packed.out.reshape(2, 300, 4, 128).transpose(1, 2).float()
+        assert float((got - want).abs().max()) < 2e-2, what + " packed"
+
+
+@needs_sm90
 def test_hopper_forward_in_bshd_layout_through_the_native_run_entry() -> None:
     from xpuruntime.runtime.native import core
 
