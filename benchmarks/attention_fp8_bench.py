@@ -1,6 +1,6 @@
 """xrt_flash_fp8 (float8 e4m3 forward) against our fastest bf16 forward, cuDNN SDPA and SDPA-flash.
 
-    python benchmarks/attention_fp8_bench.py [--quick] [--sweep] [--out DIR]
+    python benchmarks/attention_fp8_bench.py [--quick] [--sweep] [--graphs] [--out DIR]
     python benchmarks/attention_fp8_bench.py --sanitize-calls   # tiny calls for compute-sanitizer
     python benchmarks/attention_fp8_bench.py --profile-calls    # the fp8 kernels and cuDNN
 
@@ -25,6 +25,11 @@ calls), in an order that rotates each round, and the median over 9 rounds is kep
   JSON says why;
 - with ``--sweep``, ``fp8[i]``: every Triton fp8 tile candidate i, and on an H100/H200
   ``fp8 <variant>``: every Gluon fp8 variant, to order the candidates.
+
+With ``--graphs`` each case also times ``xrt``, ``fp8``, ``e4m3`` and ``cudnn fp8`` as
+CUDA-graph replays of 8 calls (the kernels alone, without the host time that each eager
+sample's first call adds), interleaved the same way; a column whose calls cannot be
+captured reads ``-`` and the JSON says why.
 
 TFLOP/s use FlashAttention's count (4·B·H·S²·D, halved when causal). Errors (seqlen <= 4096,
 first batch element) against a float32 reference of the same bf16 inputs: relative Frobenius
@@ -99,7 +104,33 @@ def _fp8_variant(name: str) -> Any:
             os.environ[hopper.FP8_VARIANT_ENV] = before
 
 
-def case(dim: int, seqlen: int, causal: bool, sweep: bool, rounds: int) -> dict[str, Any]:
+#: The implementations ``--graphs`` times as CUDA-graph replays.
+GRAPHED = ("xrt", "fp8", "e4m3", "cudnn fp8")
+#: Calls a replay holds.
+GRAPH_CALLS = 8
+
+
+def _graph_medians(
+    impls: dict[str, Callable[[], Any]], rounds: int
+) -> tuple[dict[str, float], dict[str, str]]:
+    """Milliseconds a call of each of :data:`GRAPHED` in ``impls`` as CUDA-graph replays of
+    :data:`GRAPH_CALLS` calls, interleaved; and why an implementation was not captured."""
+    replays: dict[str, Callable[[], Any]] = {}
+    failed: dict[str, str] = {}
+    for name in GRAPHED:
+        if name not in impls:
+            continue
+        try:
+            replays[name] = graph_replay(impls[name], GRAPH_CALLS)
+        except Exception as error:  # a library call that a graph cannot capture
+            failed[name] = f"{type(error).__name__}: {error}"
+    ms = interleaved_medians(replays, rounds, calls=1) if replays else {}
+    return {name: t / GRAPH_CALLS for name, t in ms.items()}, failed
+
+
+def case(
+    dim: int, seqlen: int, causal: bool, sweep: bool, rounds: int, graphs: bool = False
+) -> dict[str, Any]:
     batch, heads = TOKENS // seqlen, HIDDEN // dim
     q, k, v = (
         torch.randn(batch, heads, seqlen, dim, device="cuda", dtype=torch.bfloat16)
@@ -171,6 +202,11 @@ def case(dim: int, seqlen: int, causal: bool, sweep: bool, rounds: int) -> dict[
         "fp8_detail": fp8.forward(qz, causal=causal, scale=None, layout="bhsd")[2],
         "sweep": compiled,
     }
+    if graphs:
+        graph_ms, not_captured = _graph_medians(impls, rounds)
+        row["graph_ms"] = graph_ms
+        row["graph_tflops"] = {name: flops / t / 1e9 for name, t in graph_ms.items()}
+        row["not_captured"] = not_captured
     if seqlen <= 4096:
         first = (q[:1], k[:1], v[:1])
         ref = reference(*first, causal)
@@ -370,11 +406,27 @@ def profile_calls() -> None:
     torch.cuda.profiler.stop()
 
 
+def _graph_line(row: dict[str, Any]) -> str:
+    """A case's kernels-alone TFLOP/s, with each one's ratio to our bf16 forward's."""
+    t, ms = row["graph_tflops"], row["graph_ms"]
+    cells = []
+    for name in GRAPHED:
+        if name in t:
+            ratio = f" ({ms['xrt'] / ms[name]:.2f}x xrt)" if "xrt" in ms and name != "xrt" else ""
+            cells.append(f"{name} {t[name]:.0f}{ratio}")
+        else:
+            cells.append(f"{name} -")
+    return ", ".join(cells)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="hd128, S 2048-16384 only")
     parser.add_argument("--sweep", action="store_true", help="time every fp8 tile candidate")
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument(
+        "--graphs", action="store_true", help="also time the kernels alone (CUDA-graph replays)"
+    )
     parser.add_argument("--dims", default="", help="only these head sizes (e.g. 64)")
     parser.add_argument("--seqlens", default="", help="only these lengths (e.g. 2048,8192)")
     parser.add_argument("--out", type=Path, default=Path("."))
@@ -408,7 +460,7 @@ def main() -> None:
     for dim in dims:
         for causal in (False, True):
             for seqlen in seqlens:
-                row = case(dim, seqlen, causal, args.sweep, args.rounds)
+                row = case(dim, seqlen, causal, args.sweep, args.rounds, args.graphs)
                 rows.append(row)
                 t, ms = row["tflops"], row["ms"]
                 err = row.get("errors", {})
@@ -434,6 +486,8 @@ def main() -> None:
                     f"{errs} {sweep}",
                     flush=True,
                 )
+                if args.graphs:
+                    print(f"{'':>18}kernels alone: {_graph_line(row)}", flush=True)
     result = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
