@@ -325,6 +325,18 @@ def test_e4m3_inputs_with_descale_factors() -> None:
     q8, k8, v8 = ((x / d).to(fp8.FP8) for x, d in zip((q, k, v), descale, strict=True))
     per_head = descale[1].expand(2, 2).contiguous()  # one factor per (batch, kv head)
     qz = fp8.from_fp8(q8, k8, v8, (descale[0], per_head, descale[2]), layout="bhsd")
+    # The Gluon Hopper kernel reads the scales from_fp8 wrote, with no copy per call.
+    g = fp8._geometry(qz.q, qz.k, "bhsd", None)
+    q_in, q_scale = fp8._hopper_query(qz, g)
+    scales = fp8._hopper_scales(qz, g, q_scale)
+    assert q_in is qz.q
+    for read, written in zip(
+        (scales.q, scales.k, scales.v), (qz.q_scale, qz.k_scale, qz.v_scale), strict=True
+    ):
+        assert read.data_ptr() == written.data_ptr()
+        assert read.is_contiguous()
+    assert scales.k.shape == (2, 2, 1)
+    assert scales.v.shape == (2, 2, 64)
     out, _, detail = fp8.forward(qz, causal=False, scale=None, layout="bhsd")
     assert out.dtype == torch.bfloat16
     assert "e4m3 inputs, descale per (batch, key/value head)" in detail

@@ -361,7 +361,13 @@ def test_sums_by_the_tensor_cores_are_an_fp8_flag_the_kernel_receives(
             hopper.kernel_constants(variant, 128, False, varlen=False, k_scale_block=None)
     monkeypatch.delenv(hopper.FP8_VARIANT_ENV, raising=False)
     default = hopper.fp8_variant(128)
-    assert default.name == "m64n128s3np_prub"
+    assert default.name == "m64n128s3np_pq2rub"
+    assert default.q_buffers == 2
+    assert default.half_bits
+    assert not default.pingpong
+    # Packed calls and graph captures before the schedule exist run its 1-D twin (one query
+    # tile a warpgroup).
+    assert default.twin(lpt=True).name == "m64n128s3np_lrub"
     assert hopper.kernel_constants(default, 128, False, varlen=False, k_scale_block=128)["SUM_MMA"]
     # The fp8 default before it (without u) stays a candidate, and receives no sums.
     before = hopper.fp8_variant(128, "m64n128s3pp_pe4r")

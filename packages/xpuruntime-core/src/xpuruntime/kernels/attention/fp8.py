@@ -341,7 +341,8 @@ def from_fp8(
     varlen: Varlen | None = None,
 ) -> Quantized:
     """e4m3 inputs with FlashAttention-3-style descale factors, as :class:`Quantized` (the
-    value transposed; the scales as broadcast views, no copies). The factors are taken as
+    value transposed; the key's and value's scales written out once here in the shape the
+    kernels read, so that no call copies them). The factors are taken as
     non-negative (amax / 448, as FlashAttention-3's are; they are not read back to check):
     a sign for the scores goes in :func:`forward`'s ``scale``."""
     if not (q.dtype == k.dtype == v.dtype == FP8):
@@ -358,8 +359,9 @@ def from_fp8(
     group = g.heads // g.kv_heads
     # Query head h reads its key/value head's factor; one factor for every row block.
     q_scale = qd.repeat_interleave(group, 1)[:, :, None]
-    k_scale = kd[:, :, None]
-    v_scale = vd[:, :, None].expand(-1, -1, g.head_dim)
+    k_blocks = max(_cdiv(g.seqlen_k, FP8_SCALE_BLOCK), 1)
+    k_scale = kd[:, :, None].expand(-1, -1, k_blocks).contiguous()
+    v_scale = vd[:, :, None].expand(-1, -1, g.head_dim).contiguous()
     source = (
         v.permute(1, 2, 0)
         if layout == "thd"
@@ -427,14 +429,16 @@ def _hopper_call_reason(
 
 
 def _hopper_query(qz: Quantized, g: _Geometry) -> tuple[torch.Tensor, torch.Tensor]:
-    """The Gluon Hopper kernel's e4m3 query and its scales per 64 rows: for a 16-bit query
-    new buffers, which :func:`_quantize_query` fills; for an e4m3 one the query as it is,
-    with its scale broadcast."""
+    """The Gluon Hopper kernel's e4m3 query and its scales: for a 16-bit query new buffers
+    (one scale per 64 rows), which :func:`_quantize_query` fills; for an e4m3 one the query
+    and its scales (one per (batch, head)) as they are."""
     from xpuruntime.kernels.attention import hopper
 
-    q_blocks = _cdiv(g.seqlen_q, hopper.FP8_QUERY_BLOCK)
     if qz.q_scale is not None:
-        return qz.q, qz.q_scale.expand(g.batch, g.heads, q_blocks).contiguous()
+        # One scale per (batch, head) (:func:`_hopper_call_reason`): the kernel clamps its
+        # row block's index to the scales' last, so they go as they are, no copy per call.
+        return qz.q, qz.q_scale.contiguous()
+    q_blocks = _cdiv(g.seqlen_q, hopper.FP8_QUERY_BLOCK)
     q8 = torch.empty(qz.q.shape, dtype=FP8, device=qz.q.device)
     return q8, torch.empty((g.batch, g.heads, q_blocks), dtype=torch.float32, device=q8.device)
 
@@ -474,7 +478,8 @@ def _quantize_query(
 
 def _hopper_scales(qz: Quantized, g: _Geometry, q_scale: torch.Tensor) -> Fp8Scales:
     """The Gluon Hopper kernel's scales (:class:`.hopper.Fp8Scales`), each as a contiguous
-    (batch, heads, blocks) tensor (broadcast ones copied)."""
+    (batch, heads, blocks) tensor: broadcast ones copied, which :func:`quantize`'s and
+    :func:`from_fp8`'s never are."""
     from xpuruntime.kernels.attention import hopper
 
     k_blocks = _cdiv(g.seqlen_k, qz.block)
