@@ -5,25 +5,13 @@ numbers (the hand-off's shape is fixed by Triton; the line numbers move with the
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "racecheck_triage.py"
 SUMMARY = "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)\n"
-
-
-def _triage() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("racecheck_triage", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def _report(kernel: str, file: str, first: tuple[str, int], *paired: tuple[str, int]) -> str:
@@ -53,9 +41,13 @@ def _lines(triage: ModuleType, file: str, kernel: str) -> tuple[int, int]:
     ],
 )
 def test_the_handoff_is_known_and_anything_else_is_new(
-    kernel: str, file: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    kernel: str,
+    file: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    core_script: Callable[[str], ModuleType],
 ) -> None:
-    triage = _triage()
+    triage = core_script("racecheck_triage")
     define, specialise = _lines(triage, file, kernel)
     known = _report(kernel, file, ("Read", define), ("Write", define), ("Write", specialise))
     # The same pair the other way round: a state write first, against the entry reads.
@@ -79,21 +71,23 @@ def test_the_handoff_is_known_and_anything_else_is_new(
         assert "NEW:" in capsys.readouterr().out
 
 
-def test_a_log_without_a_summary_is_an_error(tmp_path: Path) -> None:
-    triage = _triage()
+def test_a_log_without_a_summary_is_an_error(
+    tmp_path: Path, core_script: Callable[[str], ModuleType]
+) -> None:
+    triage = core_script("racecheck_triage")
     cut = tmp_path / "cut.log"
     cut.write_text("========= COMPUTE-SANITIZER\n")
     assert triage.main([str(cut), str(tmp_path / "missing.log")]) == 2
 
 
 def test_the_branch_that_picks_a_warp_specialize_call_is_its_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], core_script: Callable[[str], ModuleType]
 ) -> None:
     """The forward picks its call by a constexpr ``if NUM_WG == 2:`` / ``else:`` (two or
     three consumer warpgroups); racecheck attributed the first call's state writes to the
     ``if`` line (seen on an H200). The branch lines are the hand-off's; the comment line
     above the ``if`` and the ``gl.static_assert`` line after the ``else:`` are not."""
-    triage = _triage()
+    triage = core_script("racecheck_triage")
     kernel, file = "_xrt_attn_fwd_hopper", "_hopper_kernels.py"
     define, _ = triage._lines(file, kernel)
     text = triage.SOURCES[file].read_text().splitlines()
