@@ -316,8 +316,8 @@ HEAD_DIMS = tuple(_VARIANTS)
 #: (16 KiB more), no spills (docs/attention.md).
 _FP8_VARIANTS: dict[int, tuple[str, ...]] = {
     128: (
-        "m64n128s3np_pq2rub", "m64n128s3np_prub", "m64n128s3np_pru", "m64n128s3pp_prub", "m64n128s3pp_pru",
-        "m64n128s3pp_pe4ru", "m64n128s3pp_pe4r",
+        "m64n128s3np_pq2rub", "m64n128s3np_prub", "m64n128s3np_pru", "m64n128s3pp_prub",
+        "m64n128s3pp_pru", "m64n128s3pp_pe4ru", "m64n128s3pp_pe4r",
         "m64n128s3pp_pe4", "m64n128s3pp_le4", "m64n128s3pp_e4",
         "m64n128s2pp_e4",
         "m64n128s2np_e4", "m64n128s2pp", "m64n128s2np",
@@ -752,8 +752,9 @@ def _scheduled(
 @dataclass(frozen=True)
 class Fp8Scales:
     """The fp8 kernel's float32 scales, contiguous: ``q`` (batch, heads, query blocks of
-    64 rows), ``k`` (batch, kv_heads, key blocks of ``k_block`` rows), ``v`` (batch,
-    kv_heads, head_dim); real = e4m3 value · scale."""
+    64 rows; or one block, read for every row block, as the kernel clamps the index to the
+    last), ``k`` (batch, kv_heads, key blocks of ``k_block`` rows), ``v`` (batch, kv_heads,
+    head_dim); real = e4m3 value · scale."""
 
     q: torch.Tensor
     k: torch.Tensor
