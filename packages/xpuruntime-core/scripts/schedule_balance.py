@@ -15,8 +15,6 @@ tiles of 128 query rows and 128 keys, 132 CTAs (an H100/H200 SXM's SMs). No GPU 
 from __future__ import annotations
 
 import argparse
-import math
-from types import SimpleNamespace
 
 from xpuruntime.kernels.attention import hopper
 
@@ -31,29 +29,22 @@ def busiest_over_mean(seqlen: int, causal: bool, assumed: int, item_cost: int) -
     """The busiest CTA's load over the mean, for a schedule built with ``assumed`` blocks
     an item and items that cost ``item_cost`` beyond their key blocks."""
     batch = TOKENS // seqlen
-    d = SimpleNamespace(
-        batch=batch, heads=HEADS, kv_heads=HEADS, seqlen_q=seqlen, seqlen_k=seqlen,
-        head_dim=HEAD_DIM,
-    )  # fmt: skip
+    d = hopper._Dims(batch, HEADS, HEADS, seqlen, seqlen, HEAD_DIM)
     section = hopper.l2_section(2 * seqlen * HEAD_DIM, 1, batch * HEADS)  # e4m3 keys, values
     before = hopper._ITEM_BLOCKS
     hopper._ITEM_BLOCKS = assumed
     try:
-        entries = hopper._schedule_entries(d, BLOCK, BLOCK, causal, SMS, section)  # type: ignore[arg-type]
+        entries = hopper._schedule_entries(d, BLOCK, BLOCK, causal, SMS, section)
     finally:
         hopper._ITEM_BLOCKS = before
     bounds, items = entries[: SMS + 1], entries[SMS + 1 :]
-    num_m = math.ceil(seqlen / BLOCK)
-    per_section = section * num_m
-    loads = []
-    for cta in range(SMS):
-        load = 0
-        for item in items[bounds[cta] - SMS - 1 : bounds[cta + 1] - SMS - 1]:
-            first_bh = (item // per_section) * section
-            m = (item % per_section) // min(section, batch * HEADS - first_bh)
-            keys = min((num_m - m) * BLOCK, seqlen) if causal else seqlen
-            load += math.ceil(keys / BLOCK) + item_cost
-        loads.append(load)
+    loads = [
+        sum(
+            hopper._item_key_blocks(d, item, BLOCK, BLOCK, causal, section) + item_cost
+            for item in items[bounds[cta] - SMS - 1 : bounds[cta + 1] - SMS - 1]
+        )
+        for cta in range(SMS)
+    ]
     return max(loads) / (sum(loads) / len(loads))
 
 

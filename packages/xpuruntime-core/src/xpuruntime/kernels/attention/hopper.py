@@ -679,6 +679,23 @@ _ITEM_BLOCKS = 1
 _SCHEDULES: dict[tuple[Any, ...], torch.Tensor] = {}
 
 
+def _item_key_blocks(
+    d: _Dims, item: int, block_m: int, block_n: int, causal: bool, section: int
+) -> int:
+    """The key blocks of work item ``item`` in the kernel's 1-D order (``_hopper_kernels.
+    _section_order``: L2 sections of ``section`` batch x heads, query tiles row-block-major
+    within each, causal tiles longest first)."""
+    num_m = math.ceil(d.seqlen_q / block_m)
+    batch_heads = d.batch * d.heads
+    per_section = section * num_m
+    first_bh = (item // per_section) * section
+    m = (item % per_section) // min(section, batch_heads - first_bh)
+    if not causal:
+        return math.ceil(d.seqlen_k / block_n)
+    m = num_m - 1 - m
+    return math.ceil(min(m * block_m + block_m, d.seqlen_k) / block_n)
+
+
 def _schedule_entries(
     d: _Dims, block_m: int, block_n: int, causal: bool, grid: int, section: int
 ) -> list[int]:
@@ -689,21 +706,13 @@ def _schedule_entries(
     non-persistent grid's CTAs to SMs as others finish). With a fixed deal (item ``i`` to CTA ``i % grid``)
     causal CTAs differ by up to 30 % in work."""
     num_m = math.ceil(d.seqlen_q / block_m)
-    batch_heads = d.batch * d.heads
-    per_section = section * num_m
     parts: list[list[int]] = [[] for _ in range(grid)]
     loads = [(0, cta) for cta in range(grid)]
-    for item in range(num_m * batch_heads):
-        first_bh = (item // per_section) * section
-        m = (item % per_section) // min(section, batch_heads - first_bh)
-        if causal:
-            m = num_m - 1 - m
-            keys = min(m * block_m + block_m, d.seqlen_k)
-        else:
-            keys = d.seqlen_k
+    for item in range(num_m * d.batch * d.heads):
         load, cta = heapq.heappop(loads)
         parts[cta].append(item)
-        heapq.heappush(loads, (load + math.ceil(keys / block_n) + _ITEM_BLOCKS, cta))
+        blocks = _item_key_blocks(d, item, block_m, block_n, causal, section)
+        heapq.heappush(loads, (load + blocks + _ITEM_BLOCKS, cta))
     bounds = [grid + 1]
     for part in parts:
         bounds.append(bounds[-1] + len(part))
