@@ -37,7 +37,14 @@ def _layout_repr(row_bytes: int, bits: int = 16) -> str:
 
 
 def compile_one(
-    kernels, dtype: str, head_dim: int, causal: bool, variant, out_dir: Path, varlen: bool = False
+    kernels,
+    dtype: str,
+    head_dim: int,
+    causal: bool,
+    variant,
+    out_dir: Path,
+    varlen: bool = False,
+    v_per_head: bool = False,
 ):  # type: ignore[no-untyped-def]
     import triton
     from triton.backends.compiler import GPUTarget
@@ -86,8 +93,9 @@ def compile_one(
         "qk_scale": "fp32",
     }
     constexprs = hopper.kernel_constants(
-        variant, head_dim, causal, varlen=varlen, k_scale_block=128 if fp8 else None
-    )
+        variant, head_dim, causal, varlen=varlen, k_scale_block=128 if fp8 else None,
+        v_per_head=fp8 and v_per_head,
+    )  # fmt: skip
     for name in constexprs:
         signature[name] = "constexpr"
     src = GluonASTSource(fn, signature, constexprs)
@@ -136,6 +144,11 @@ def main() -> int:
         "--dtypes", default="bf16,fp16,fp8e4nv", help="bf16, fp16, fp8e4nv (dense only)"
     )
     parser.add_argument(
+        "--v-per-head",
+        action="store_true",
+        help="fp8: the value's scales one a (batch, key/value head), as fp8.from_fp8 writes them",
+    )
+    parser.add_argument(
         "--batches",
         default="dense,varlen",
         help="dense (batch, heads, seq, dim) and/or varlen (packed sequences, cu_seqlens)",
@@ -168,8 +181,9 @@ def main() -> int:
                 label = f"{dtype} hd{head_dim} {kind} {variant.name}"
                 try:
                     name, ptx, _, meta = compile_one(
-                        kernels, dtype, head_dim, causal, variant, out_dir, varlen
-                    )
+                        kernels, dtype, head_dim, causal, variant, out_dir, varlen,
+                        args.v_per_head,
+                    )  # fmt: skip
                 except Exception as error:  # report and go on to the next configuration
                     failures += 1
                     first = str(error).strip().splitlines()

@@ -12,6 +12,7 @@ what the GPU's ``cvt.rn`` does; the GPU's own fp8 tensor cores run in
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import os
@@ -336,7 +337,13 @@ def test_e4m3_inputs_with_descale_factors() -> None:
         assert read.data_ptr() == written.data_ptr()
         assert read.is_contiguous()
     assert scales.k.shape == (2, 2, 1)
-    assert scales.v.shape == (2, 2, 64)
+    assert scales.v_per_head  # one value scale a (batch, kv head), folded into the rows'
+    assert scales.v.shape == (2, 2)
+    # quantize's value scales differ by channel: the kernel reads each.
+    qb, kb, vb = (x.to(torch.bfloat16) for x in (q, k, v))
+    channels = fp8._hopper_scales(fp8.quantize(qb, kb, vb, layout="bhsd"), g, q_scale)
+    assert not channels.v_per_head
+    assert channels.v.shape == (2, 2, 64)
     out, _, detail = fp8.forward(qz, causal=False, scale=None, layout="bhsd")
     assert out.dtype == torch.bfloat16
     assert "e4m3 inputs, descale per (batch, key/value head)" in detail
@@ -466,6 +473,12 @@ def test_hopper_fp8_kernel_matches_its_inputs_reference(
     assert "descale per tensor" in detail8
     real = [x8.float() * d for x8, d in zip((q8, k8, v8), descale, strict=True)]
     assert _relative(out8, _reference(*real, causal)[0]) < 0.03
+    # The value's one scale a head, folded into the rows' normalisation, against the same
+    # scale read per channel: the float32 products round apart by at most a bfloat16 step.
+    z8 = fp8.from_fp8(q8, k8, v8, tuple(descale), layout="bhsd")
+    by_channel = dataclasses.replace(z8, v_scale=z8.v_scale.contiguous())
+    out_c = fp8.forward(by_channel, causal=causal, scale=None, layout="bhsd")[0]
+    torch.testing.assert_close(out8, out_c, rtol=2**-7, atol=1e-6)
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon fp8 kernel runs on sm_90 (H100, H200)")

@@ -776,13 +776,14 @@ def _consumer(
     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
     PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr, LPT: gl.constexpr, VARLEN: gl.constexpr,
     EXP_MODE: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_F32: gl.constexpr,
-    LAZY: gl.constexpr, ONE_GEMM: gl.constexpr, SUM_MMA: gl.constexpr,
+    LAZY: gl.constexpr, ONE_GEMM: gl.constexpr, SUM_MMA: gl.constexpr, V_PER_HEAD: gl.constexpr,
 ):  # fmt: skip
     """Consumer warpgroup ``WG``: for each work item, its BLOCK_M_WG query rows against every
     key block. The ring position and GEMM round run on across work items (as the producer's).
     fp8 (e4m3 tiles): the scores scale by the query block's scale (``QS``, one per
     BLOCK_M_WG rows: ``q_blocks`` per head) and the key block's (``KS``: ``k_blocks`` per
-    key/value head), the output by the value's channel scales (``VS``). Live item ``count``
+    key/value head), the output by the value's channel scales (``VS``; ``V_PER_HEAD``: one
+    per key/value head, folded into the rows' normalisation). Live item ``count``
     finds its query tile in buffer ``count % Q_BUFFERS`` (``q_smem``/``q_bars``/``q_empty``
     entry ``buffer * NUM_WG + WG``). ``SUM_MMA``: the rows' sums by a GEMM against
     ``ones_smem`` (:func:`_consumer_blocks`)."""
@@ -935,7 +936,9 @@ def _consumer(
                     p, ones_smem.index(last % NUM_STAGES), acc_l, alpha, LAZY, p_layout_l
                 )
             _turn_pass(turn_bars, WG, NUM_WG, PINGPONG)
-            if FP8:
+            if FP8 and V_PER_HEAD:  # loaded while the last P·V runs
+                v_scale = gl.load(VS + (bh // group).to(gl.int64))
+            elif FP8:
                 # The value's channel scales, loaded while the last P·V runs.
                 channels = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, mma_o))
                 v_scale = gl.load(VS + (bh // group).to(gl.int64) * HEAD_DIM + channels)
@@ -965,8 +968,11 @@ def _consumer(
             else:  # (batch, heads, seqlen_q)
                 lse_ptrs = LSE + bh.to(gl.int64) * seqlen_q + rows
             gl.store(lse_ptrs, lse, mask=rows < len_q)
-            out = acc * gl.expand_dims(gl.convert_layout(1.0 / l_safe, row_o), 1)
-            if FP8:  # the value's channel scales
+            if FP8 and V_PER_HEAD:  # one multiply a row, not one a value
+                out = acc * gl.expand_dims(gl.convert_layout(v_scale / l_safe, row_o), 1)
+            else:
+                out = acc * gl.expand_dims(gl.convert_layout(1.0 / l_safe, row_o), 1)
+            if FP8 and not V_PER_HEAD:  # the value's channel scales
                 out = out * gl.expand_dims(v_scale, 0)
             if PERSISTENT:
                 # The previous item's output store must have left the staging tile (its
@@ -1102,7 +1108,7 @@ def _xrt_attn_fwd_hopper(
     Q_BUFFERS: gl.constexpr, PERSISTENT: gl.constexpr, LPT: gl.constexpr, VARLEN: gl.constexpr,
     EXP_MODE: gl.constexpr, K_SCALE_BLOCK: gl.constexpr, P_F32: gl.constexpr,
     LAZY: gl.constexpr, ONE_GEMM: gl.constexpr, SUM_MMA: gl.constexpr,
-    SUM_COLUMNS: gl.constexpr,
+    SUM_COLUMNS: gl.constexpr, V_PER_HEAD: gl.constexpr,
 ):  # fmt: skip
     """Launch with num_warps=4 (the first consumer warpgroup; the other ``NUM_WG - 1`` and
     the producer warp are worker partitions). One CTA per (NUM_WG * BLOCK_M_WG query rows,
@@ -1128,8 +1134,8 @@ def _xrt_attn_fwd_hopper(
     dtype is the output's): ``QS`` holds (batch x heads, ``q_blocks``) query scales, one per
     BLOCK_M_WG rows; ``KS`` (batch x kv_heads, ``k_blocks``) key scales, one per
     ``K_SCALE_BLOCK`` keys (a multiple of BLOCK_N); ``VS`` (batch x kv_heads, HEAD_DIM) the
-    value's channel scales, all float32 and contiguous. Dense only. 16-bit calls leave them
-    unused. ``Q_BUFFERS``: query tiles per consumer warpgroup (two: ``PERSISTENT`` only, the
+    value's channel scales (``V_PER_HEAD``: batch x kv_heads, one a head), all float32 and
+    contiguous. Dense only. 16-bit calls leave them unused. ``Q_BUFFERS``: query tiles per consumer warpgroup (two: ``PERSISTENT`` only, the
     next item's loads start before this item's last Q·Kᵀ). ``EXP_MODE``: how the softmax's
     exponentials are computed (:data:`EXP_POLY4`, :data:`EXP_HALF_BITS`). ``P_F32``:
     P carried between blocks in float32 (:func:`_consumer_blocks`; fp8 needs it). ``LAZY``:
@@ -1231,6 +1237,7 @@ def _xrt_attn_fwd_hopper(
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
                     VARLEN, EXP_MODE, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
+                    V_PER_HEAD,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, ones_smem, q_bars, q_empty, k_ready, k_empty,
@@ -1239,6 +1246,7 @@ def _xrt_attn_fwd_hopper(
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
                     VARLEN, EXP_MODE, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
+                    V_PER_HEAD,
                 )),
                 (_producer, (
                     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,
@@ -1261,6 +1269,7 @@ def _xrt_attn_fwd_hopper(
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 0, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
                     VARLEN, EXP_MODE, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
+                    V_PER_HEAD,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, ones_smem, q_bars, q_empty, k_ready, k_empty,
@@ -1269,6 +1278,7 @@ def _xrt_attn_fwd_hopper(
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 1, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
                     VARLEN, EXP_MODE, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
+                    V_PER_HEAD,
                 )),
                 (_consumer, (
                     q_smem, o_smem, k_smem, v_smem, ones_smem, q_bars, q_empty, k_ready, k_empty,
@@ -1277,6 +1287,7 @@ def _xrt_attn_fwd_hopper(
                     batch_heads, section, q_blocks, k_blocks, qk_scale, 2, NUM_WG, Q_BUFFERS,
                     HEAD_DIM, BLOCK_M_WG, BLOCK_N, NUM_STAGES, CAUSAL, PINGPONG, PERSISTENT, LPT,
                     VARLEN, EXP_MODE, K_SCALE_BLOCK, P_F32, LAZY, ONE_GEMM, SUM_MMA,
+                    V_PER_HEAD,
                 )),
                 (_producer, (
                     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, q_empty, k_ready,

@@ -106,7 +106,9 @@ class Quantized:
     ``q``/``k`` keep the inputs' layout; ``vt`` is ``(batch, kv_heads, head_dim, seq)``, or
     ``(kv_heads, head_dim, total)`` packed. ``q_scale``/``k_scale`` are indexed
     (batch, head, row block of ``block``), ``v_scale`` (batch, kv head, channel); any of them
-    may broadcast (zero strides).
+    may broadcast (zero strides). A ``v_scale`` broadcast over the channels (:func:`from_fp8`'s)
+    is one scale a head to the Gluon Hopper kernel, which folds it into the rows'
+    normalisation.
     """
 
     q: torch.Tensor
@@ -361,7 +363,9 @@ def from_fp8(
     q_scale = qd.repeat_interleave(group, 1)[:, :, None]
     k_blocks = max(_cdiv(g.seqlen_k, FP8_SCALE_BLOCK), 1)
     k_scale = kd[:, :, None].expand(-1, -1, k_blocks).contiguous()
-    v_scale = vd[:, :, None].expand(-1, -1, g.head_dim).contiguous()
+    # One value scale a head, broadcast over the channels (the Gluon kernel reads the head's
+    # one: _hopper_scales).
+    v_scale = vd.contiguous()[:, :, None].expand(-1, -1, g.head_dim)
     source = (
         v.permute(1, 2, 0)
         if layout == "thd"
@@ -479,14 +483,19 @@ def _quantize_query(
 def _hopper_scales(qz: Quantized, g: _Geometry, q_scale: torch.Tensor) -> Fp8Scales:
     """The Gluon Hopper kernel's scales (:class:`.hopper.Fp8Scales`), each as a contiguous
     (batch, heads, blocks) tensor: broadcast ones copied, which :func:`quantize`'s and
-    :func:`from_fp8`'s never are."""
+    :func:`from_fp8`'s never are; the value's as (batch, kv heads) where it broadcasts over
+    the channels (:attr:`.hopper.Fp8Scales.v_per_head`)."""
     from xpuruntime.kernels.attention import hopper
 
     k_blocks = _cdiv(g.seqlen_k, qz.block)
+    if qz.v_scale.stride(2) == 0:  # one a head: Fp8Scales.v_per_head
+        v = qz.v_scale[:, :, 0].expand(g.batch, g.kv_heads).contiguous()
+    else:
+        v = qz.v_scale.expand(g.batch, g.kv_heads, g.head_dim).contiguous()
     return hopper.Fp8Scales(
         q=q_scale,
         k=qz.k_scale.expand(g.batch, g.kv_heads, k_blocks).contiguous(),
-        v=qz.v_scale.expand(g.batch, g.kv_heads, g.head_dim).contiguous(),
+        v=v,
         k_block=qz.block,
     )
 

@@ -763,12 +763,19 @@ class Fp8Scales:
     """The fp8 kernel's float32 scales, contiguous: ``q`` (batch, heads, query blocks of
     64 rows; or one block, read for every row block, as the kernel clamps the index to the
     last), ``k`` (batch, kv_heads, key blocks of ``k_block`` rows), ``v`` (batch, kv_heads,
-    head_dim); real = e4m3 value · scale."""
+    head_dim), or (batch, kv_heads) for one a head (:attr:`v_per_head`); real = e4m3 value
+    · scale."""
 
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
     k_block: int
+
+    @property
+    def v_per_head(self) -> bool:
+        """The value's scale is one a (batch, key/value head), which the kernel folds into
+        the rows' normalisation (one multiply a row instead of one a value, and one load)."""
+        return self.v.dim() == 2
 
 
 def _kernel_args(
@@ -804,10 +811,17 @@ def _kernel_args(
 
 
 def kernel_constants(
-    config: Variant, head_dim: int, causal: bool, *, varlen: bool, k_scale_block: int | None
+    config: Variant,
+    head_dim: int,
+    causal: bool,
+    *,
+    varlen: bool,
+    k_scale_block: int | None,
+    v_per_head: bool = False,
 ) -> dict[str, Any]:
     """The kernel's compile-time arguments for ``config`` (``k_scale_block``: the fp8 key
-    scales' block, None for 16-bit inputs); the offline compile script builds the same."""
+    scales' block, None for 16-bit inputs; ``v_per_head``: :attr:`Fp8Scales.v_per_head`);
+    the offline compile script builds the same."""
     if config.sum_mma and k_scale_block is None:
         raise InvalidArgumentError(
             f"hopper attention variant {config.name!r}: the sums' GEMM (u) is a variant of the "
@@ -834,6 +848,7 @@ def kernel_constants(
         "ONE_GEMM": config.one_gemm,
         "SUM_MMA": config.sum_mma,
         "SUM_COLUMNS": SUM_COLUMNS,
+        "V_PER_HEAD": v_per_head,
         "K_SCALE_BLOCK": k_scale_block if k_scale_block is not None else config.block_n,
     }
 
@@ -878,6 +893,7 @@ def _launch(
     constants = kernel_constants(
         config, d.head_dim, causal, varlen=cu_seqlens is not None,
         k_scale_block=fp8.k_block if fp8 is not None else None,
+        v_per_head=fp8 is not None and fp8.v_per_head,
     )  # fmt: skip
     kept = gluon_launch.launch(
         _hopper_kernels._xrt_attn_fwd_hopper, grid, args, constants, maxnreg=config.maxnreg
