@@ -344,7 +344,8 @@ def from_fp8(
 ) -> Quantized:
     """e4m3 inputs with FlashAttention-3-style descale factors, as :class:`Quantized` (the
     value transposed; the key's and value's scales written out once here in the shape the
-    kernels read, so that no call copies them). The factors are taken as
+    kernels read, so that no call copies them: the value's one a (batch, kv head), broadcast
+    over the channels, which the Gluon Hopper kernel folds into the rows' normalisation). The factors are taken as
     non-negative (amax / 448, as FlashAttention-3's are; they are not read back to check):
     a sign for the scores goes in :func:`forward`'s ``scale``."""
     if not (q.dtype == k.dtype == v.dtype == FP8):
