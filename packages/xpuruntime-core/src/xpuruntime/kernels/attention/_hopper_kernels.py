@@ -968,10 +968,9 @@ def _consumer(
             else:  # (batch, heads, seqlen_q)
                 lse_ptrs = LSE + bh.to(gl.int64) * seqlen_q + rows
             gl.store(lse_ptrs, lse, mask=rows < len_q)
-            if FP8 and V_PER_HEAD:  # one multiply a row, not one a value
-                out = acc * gl.expand_dims(gl.convert_layout(v_scale / l_safe, row_o), 1)
-            else:
-                out = acc * gl.expand_dims(gl.convert_layout(1.0 / l_safe, row_o), 1)
+            # V_PER_HEAD: the value's scale in the rows' factor, one multiply a row.
+            row_factor = v_scale / l_safe if FP8 and V_PER_HEAD else 1.0 / l_safe
+            out = acc * gl.expand_dims(gl.convert_layout(row_factor, row_o), 1)
             if FP8 and not V_PER_HEAD:  # the value's channel scales
                 out = out * gl.expand_dims(v_scale, 0)
             if PERSISTENT:
@@ -1135,8 +1134,9 @@ def _xrt_attn_fwd_hopper(
     BLOCK_M_WG rows; ``KS`` (batch x kv_heads, ``k_blocks``) key scales, one per
     ``K_SCALE_BLOCK`` keys (a multiple of BLOCK_N); ``VS`` (batch x kv_heads, HEAD_DIM) the
     value's channel scales (``V_PER_HEAD``: batch x kv_heads, one a head), all float32 and
-    contiguous. Dense only. 16-bit calls leave them unused. ``Q_BUFFERS``: query tiles per consumer warpgroup (two: ``PERSISTENT`` only, the
-    next item's loads start before this item's last Q·Kᵀ). ``EXP_MODE``: how the softmax's
+    contiguous. Dense only. 16-bit calls leave them unused. ``Q_BUFFERS``: query tiles per
+    consumer warpgroup (two: ``PERSISTENT`` only, the next item's loads start before this
+    item's last Q·Kᵀ). ``EXP_MODE``: how the softmax's
     exponentials are computed (:data:`EXP_POLY4`, :data:`EXP_HALF_BITS`). ``P_F32``:
     P carried between blocks in float32 (:func:`_consumer_blocks`; fp8 needs it). ``LAZY``:
     a row's running max moves only by more than :data:`LAZY_T` (fp8: :data:`LAZY_T_FP8`), and

@@ -106,9 +106,9 @@ class Quantized:
     ``q``/``k`` keep the inputs' layout; ``vt`` is ``(batch, kv_heads, head_dim, seq)``, or
     ``(kv_heads, head_dim, total)`` packed. ``q_scale``/``k_scale`` are indexed
     (batch, head, row block of ``block``), ``v_scale`` (batch, kv head, channel); any of them
-    may broadcast (zero strides). A ``v_scale`` broadcast over the channels (:func:`from_fp8`'s)
-    is one scale a head to the Gluon Hopper kernel, which folds it into the rows'
-    normalisation.
+    may broadcast (zero strides). A ``v_scale`` broadcast over the channels
+    (:func:`from_fp8`'s) is one scale a head to the Gluon Hopper kernel, which folds it into
+    the rows' normalisation.
     """
 
     q: torch.Tensor
@@ -345,9 +345,9 @@ def from_fp8(
     """e4m3 inputs with FlashAttention-3-style descale factors, as :class:`Quantized` (the
     value transposed; the key's and value's scales written out once here in the shape the
     kernels read, so that no call copies them: the value's one a (batch, kv head), broadcast
-    over the channels, which the Gluon Hopper kernel folds into the rows' normalisation). The factors are taken as
-    non-negative (amax / 448, as FlashAttention-3's are; they are not read back to check):
-    a sign for the scores goes in :func:`forward`'s ``scale``."""
+    over the channels, which the Gluon Hopper kernel folds into the rows' normalisation).
+    The factors are taken as non-negative (amax / 448, as FlashAttention-3's are; they are
+    not read back to check): a sign for the scores goes in :func:`forward`'s ``scale``."""
     if not (q.dtype == k.dtype == v.dtype == FP8):
         raise InvalidArgumentError(
             f"attention: descale factors go with float8_e4m3fn inputs, got {q.dtype}"
